@@ -1,0 +1,18 @@
+"""spak's CPU simulator of cuTile tile kernels.
+
+    import sim
+    report = sim.launch(kernel, grid, (q, k, v, out, scale, ...), model="sm_90")
+
+`kernel` is a `@ct.kernel`; numpy array arguments are read and written in place (wrap
+bf16 data as `sim.SimArray(float32_values, ct.bfloat16)`). The kernel's own Python body
+runs for every block, with cuTile's ops implemented on numpy/numba under a named numeric
+model (sim.numerics). The checker raises on out-of-bounds accesses, double writes by two
+blocks and output elements no block wrote; messages name the block and the kernel line.
+"""
+from .errors import SimulationError, SimNotSupported, SimTypeError
+from .launch import LaunchReport, launch
+from .memory import SimArray
+from .numerics import MODELS, NumericModel, get_model
+
+__all__ = ["launch", "LaunchReport", "SimArray", "SimulationError", "SimNotSupported",
+           "SimTypeError", "MODELS", "NumericModel", "get_model"]

@@ -1,0 +1,48 @@
+"""The state of the lane group being executed: which blocks, which model, pending stores."""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_local = threading.local()
+
+
+@dataclass
+class GroupContext:
+    model: object                    # sim.numerics.NumericModel
+    grid: tuple[int, int, int]
+    block_ids: np.ndarray            # (L, 3) int64: the blocks running as lanes
+    kernel_files: frozenset          # source files whose frames count as "the kernel"
+    pending_stores: list = field(default_factory=list)
+    loads: int = 0
+    stores: int = 0
+
+    @property
+    def lanes(self) -> int:
+        return self.block_ids.shape[0]
+
+    def block_of(self, lane: int) -> tuple[int, int, int]:
+        return tuple(int(x) for x in self.block_ids[min(lane, self.lanes - 1)])
+
+    def kernel_line(self) -> str:
+        """file:line of the innermost kernel-source frame calling into the simulator."""
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_filename in self.kernel_files:
+                return f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})"
+            f = f.f_back
+        return "<unknown line>"
+
+
+def current() -> GroupContext:
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        raise RuntimeError("spak sim: tile operations can only run inside sim.launch()")
+    return ctx
+
+
+def set_current(ctx):
+    _local.ctx = ctx

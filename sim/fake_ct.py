@@ -1,0 +1,67 @@
+"""A stand-in for the `cuda.tile` module, swapped into a kernel's globals by the launcher.
+
+Ops the simulator implements come from sim.ops and sim.memory; dtypes, enums and type
+annotations are cuTile's own objects; every other public name raises SimNotSupported when
+called, naming the op, so the simulator never silently approximates an op it lacks.
+"""
+from __future__ import annotations
+
+import types
+
+import cuda.tile as ct
+
+from . import memory, ops
+from .errors import SimNotSupported
+
+# names that are data (dtypes, enums, annotations, classes) and pass through unchanged
+_PASS_THROUGH = {
+    "Constant", "ConstantAnnotation", "ArrayAnnotation", "ListAnnotation", "ScalarInt64",
+    "IndexedWithInt64", "DType", "PaddingMode", "RoundingMode", "MemoryOrder", "MemoryScope",
+    "ByTarget", "Tile", "Array", "Scalar", "TiledView",
+}
+
+_FROM_MEMORY = {"load": memory.load, "store": memory.store}
+
+
+def _unsupported(name):
+    def f(*args, **kwargs):
+        raise SimNotSupported(f"spak sim: ct.{name} is not supported by the simulator")
+    f.__name__ = name
+    return f
+
+
+def build() -> types.ModuleType:
+    mod = types.ModuleType("cuda.tile[spak.sim]")
+    for name in dir(ct):
+        if name.startswith("_"):
+            continue
+        val = getattr(ct, name)
+        if isinstance(val, ct.DType) or name in _PASS_THROUGH or isinstance(val, type) \
+                or isinstance(val, types.ModuleType):
+            setattr(mod, name, val)
+        elif name in _FROM_MEMORY:
+            setattr(mod, name, _FROM_MEMORY[name])
+        elif hasattr(ops, name) and callable(getattr(ops, name)):
+            setattr(mod, name, getattr(ops, name))
+        elif callable(val):
+            setattr(mod, name, _unsupported(name))
+        else:
+            setattr(mod, name, val)
+    mod.kernel = _passthrough_decorator
+    mod.function = _passthrough_decorator
+    return mod
+
+
+def _passthrough_decorator(fn=None, /, **kw):
+    if fn is None:
+        return lambda f: f
+    return fn
+
+
+FAKE_CT = build()
+
+# ids of real cuTile callables -> simulator versions, for names imported directly
+# (`from cuda.tile import load`)
+REAL_TO_FAKE = {id(getattr(ct, n)): getattr(FAKE_CT, n) for n in dir(ct)
+                if not n.startswith("_") and callable(getattr(ct, n))
+                and not isinstance(getattr(ct, n), type)}

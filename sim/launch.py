@@ -1,0 +1,215 @@
+"""sim.launch: run a @ct.kernel's own Python body on the CPU for every block of a grid.
+
+How: the kernel's function is re-created with its globals' `cuda.tile` module (and the
+builtins `max`/`min`) swapped for the simulator's (the trick Numba's CUDA simulator uses).
+Blocks run in lock-step groups, one lane per block, so each tile op is one numpy call for
+many blocks. A python-level decision that differs between blocks raises Divergence; the
+group is split by that value and re-run, so every block still follows its own control flow.
+"""
+from __future__ import annotations
+
+import builtins
+import time
+import types
+from dataclasses import dataclass, field
+
+import numpy as np
+import cuda.tile as ct
+
+from . import memory
+from .context import GroupContext, set_current
+from .errors import Divergence, SimulationError
+from .fake_ct import FAKE_CT, REAL_TO_FAKE
+from .memory import SimArray
+from .numerics import get_model
+from .ops import builtin_max, builtin_min
+
+MAX_LANES = 512          # blocks per lock-step group (bounds memory per tile)
+
+_BUILTINS = dict(builtins.__dict__, max=builtin_max, min=builtin_min)
+_rebound: dict = {}
+_rebound_globals: dict = {}
+
+
+@dataclass
+class LaunchReport:
+    kernel: str
+    grid: tuple[int, int, int]
+    model: str
+    seconds: float
+    groups: int                       # lock-step groups that ran to completion
+    splits: int                       # divergences that split a group
+    loads: int
+    stores: int
+    findings: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+
+def _is_cuda_tile_module(val) -> bool:
+    return isinstance(val, types.ModuleType) and val.__name__ == "cuda.tile"
+
+
+def _rebind(fn: types.FunctionType, files: set) -> types.FunctionType:
+    """`fn` with cuda.tile replaced by the simulator in its globals (recursively)."""
+    if fn in _rebound:
+        files.add(fn.__code__.co_filename)
+        return _rebound[fn]
+    g = fn.__globals__
+    newg = _rebound_globals.get(id(g))
+    fresh = newg is None
+    if fresh:
+        # fill the globals before creating the function: CPython binds builtins at creation
+        newg = dict(g)
+        newg["__builtins__"] = _BUILTINS
+        _rebound_globals[id(g)] = newg
+    new = types.FunctionType(fn.__code__, newg, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    _rebound[fn] = new
+    files.add(fn.__code__.co_filename)
+    if fresh:
+        for name, val in g.items():
+            if _is_cuda_tile_module(val):
+                newg[name] = FAKE_CT
+            elif isinstance(val, ct.kernel):
+                newg[name] = _rebind(val._annotated_function.pyfunc, files)
+            elif callable(val) and id(val) in REAL_TO_FAKE:
+                newg[name] = REAL_TO_FAKE[id(val)]
+            elif isinstance(val, types.FunctionType) and val is not fn and _uses_cuda_tile(val):
+                newg[name] = _rebind(val, files)
+    return new
+
+
+def _uses_cuda_tile(fn) -> bool:
+    return any(_is_cuda_tile_module(v) or (callable(v) and id(v) in REAL_TO_FAKE)
+               for v in fn.__globals__.values())
+
+
+def _signature(kernel):
+    """(python function, parameter names, constant flags, int64 flags, name)."""
+    if isinstance(kernel, ct.kernel):
+        af = kernel._annotated_function
+        fn = af.pyfunc
+        const = [a.constant for a in af.parameter_annotations]
+        wide = [a.scalar is not None and a.scalar.dtype == ct.int64 for a in af.parameter_annotations]
+    elif isinstance(kernel, types.FunctionType):
+        fn = kernel
+        n = fn.__code__.co_argcount
+        const, wide = [False] * n, [False] * n
+    else:
+        raise TypeError(f"sim.launch: kernel must be a @ct.kernel or a function, got {type(kernel).__name__}")
+    names = list(fn.__code__.co_varnames[:fn.__code__.co_argcount])
+    return fn, names, const, wide, fn.__name__
+
+
+def _bind_args(names, const, wide, args, kname):
+    if len(args) != len(names):
+        raise TypeError(f"sim.launch: kernel {kname} takes {len(names)} arguments "
+                        f"({', '.join(names)}), got {len(args)}")
+    seen: dict[int, SimArray] = {}
+    bound, arrays = [], []
+    for name, is_const, is_wide, a in zip(names, const, wide, args):
+        if isinstance(a, SimArray):
+            if a.name == "array":
+                a.name = name
+            arr = seen.setdefault(id(a.data), a)
+            bound.append(arr)
+        elif isinstance(a, np.ndarray):
+            arr = seen.get(id(a))
+            if arr is None:
+                arr = SimArray(a, name=name)
+                seen[id(a)] = arr
+            bound.append(arr)
+        elif is_const:
+            bound.append(a)
+        elif isinstance(a, bool):
+            bound.append(bool(a))
+        elif isinstance(a, int):
+            lim = 2**63 if is_wide else 2**31
+            if not -lim <= a < lim:
+                raise ValueError(f"sim.launch: argument '{name}'={a} does not fit "
+                                 f"int{64 if is_wide else 32} (annotate ct.ScalarInt64)")
+            bound.append(int(a))
+        elif isinstance(a, float):
+            bound.append(np.float32(a))      # a float kernel argument is float32 on the GPU
+        elif isinstance(a, np.generic):
+            bound.append(a)
+        else:
+            raise TypeError(f"sim.launch: argument '{name}' of type {type(a).__name__} is not "
+                            "supported (numpy arrays, sim.SimArray, python scalars)")
+        if isinstance(bound[-1], SimArray) and bound[-1] not in arrays:
+            arrays.append(bound[-1])
+    return bound, arrays
+
+
+def _grid3(grid):
+    if isinstance(grid, int):
+        grid = (grid,)
+    grid = tuple(int(g) for g in grid)
+    if not 1 <= len(grid) <= 3 or any(g < 1 for g in grid):
+        raise ValueError(f"sim.launch: grid must be 1 to 3 positive ints, got {grid}")
+    return grid + (1,) * (3 - len(grid))
+
+
+def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=True,
+           max_lanes: int = MAX_LANES) -> LaunchReport:
+    """Run `kernel` over `grid` with `args` (numpy arrays are updated in place).
+
+    check: raise SimulationError when the checker finds a double write or unwritten
+    output elements (out-of-bounds accesses always raise, at the op, naming the block).
+    """
+    t0 = time.perf_counter()
+    fn, names, const, wide, kname = _signature(kernel)
+    grid = _grid3(grid)
+    bound, arrays = _bind_args(names, const, wide, tuple(args), kname)
+    for a in arrays:
+        a.owner = None
+    files: set = set()
+    run = _rebind(fn, files)
+    mdl = get_model(model)
+
+    gx, gy, gz = grid
+    z, y, x = np.meshgrid(np.arange(gz), np.arange(gy), np.arange(gx), indexing="ij")
+    all_blocks = np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1).astype(np.int64)
+    queue = [all_blocks[i:i + max_lanes] for i in range(0, len(all_blocks), max_lanes)]
+    findings: list[str] = []
+    groups = splits = loads = stores = 0
+    frozen = frozenset(files)
+    while queue:
+        blocks = queue.pop()
+        ctx = GroupContext(model=mdl, grid=grid, block_ids=blocks, kernel_files=frozen)
+        set_current(ctx)
+        try:
+            run(*bound)
+        except Divergence as d:
+            splits += 1
+            vals = np.broadcast_to(np.asarray(d.values), (len(blocks),) + np.shape(d.values)[1:])
+            keys = vals.reshape(len(blocks), -1)
+            _, inverse = np.unique(keys, axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            for k in range(inverse.max(), -1, -1):
+                queue.append(blocks[inverse == k])
+            continue
+        except Exception as e:
+            if hasattr(e, "add_note"):
+                first = tuple(int(v) for v in blocks[0])
+                e.add_note(f"spak sim: raised in kernel {kname} while running {len(blocks)} "
+                           f"block(s) in lock-step, first block {first}")
+            raise
+        finally:
+            set_current(None)
+        loads += ctx.loads
+        stores += ctx.stores
+        findings += memory.commit(ctx, grid)
+        groups += 1
+    if check_unwritten:
+        findings += memory.unwritten_findings(arrays)
+    report = LaunchReport(kernel=kname, grid=grid, model=mdl.name,
+                          seconds=time.perf_counter() - t0, groups=groups, splits=splits,
+                          loads=loads, stores=stores, findings=findings)
+    if check and findings:
+        raise SimulationError(f"kernel {kname}: checker found {len(findings)} problem(s):\n  "
+                              + "\n  ".join(findings))
+    return report

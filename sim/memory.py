@@ -1,0 +1,351 @@
+"""Global memory: arrays passed to a kernel, and ct.load / ct.store with the checker.
+
+Loads gather a box per lane (numba); stores are buffered per lane group and committed when
+the group finishes (so a group that diverges and re-runs leaves no trace), recording which
+block wrote each element. That record gives the checker its three findings: accesses
+outside the array beyond what padding allows, elements written by two different blocks,
+and elements of an output that no block wrote.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import cuda.tile as ct
+
+from . import dtypes
+from .context import current
+from .errors import SimulationError, SimTypeError
+from .numerics import _CACHE, PARALLEL_MIN
+from .tile import Tile
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class SimArray:
+    """A numpy array seen by a simulated kernel as a cuTile Array (data shared, not copied).
+
+    bf16 arrays: pass float32 `data` and dtype=ct.bfloat16; values are rounded to bf16
+    (RNE) in place on construction so the array holds only representable values.
+    """
+
+    def __init__(self, data: np.ndarray, dtype=None, name: str | None = None):
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"SimArray needs a numpy array, got {type(data).__name__}")
+        if not data.flags.c_contiguous:
+            raise ValueError(f"array {name or ''} must be C-contiguous for the simulator "
+                             "(use np.ascontiguousarray; a copy would not receive stores)")
+        dt = dtypes.as_ct_dtype(dtype) if dtype is not None else dtypes.from_numpy(data.dtype)
+        if data.dtype != dtypes.storage(dt):
+            raise TypeError(f"array {name or ''}: dtype {dt.name} is held in numpy "
+                            f"{dtypes.storage(dt)}, got {data.dtype}")
+        if dt == ct.bfloat16:
+            from .numerics import get_model
+            data[...] = get_model("ieee").round_to(data, ct.bfloat16)
+        self.data = data
+        self.dtype = dt
+        self.name = name or "array"
+        self.owner: np.ndarray | None = None   # block (linear id) that wrote each element
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return tuple(s // self.data.itemsize for s in self.data.strides)
+
+    def __repr__(self):
+        return f"SimArray({self.name}, shape={self.shape}, dtype={self.dtype.name})"
+
+    def _bits(self) -> np.ndarray:
+        return self.data.reshape(-1).view(_BITS[self.data.itemsize])
+
+    def slice(self, *a, **k):
+        from .errors import SimNotSupported
+        raise SimNotSupported("Array.slice is not supported by the simulator")
+
+    tiled_view = slice
+
+
+# ---------------------------------------------------------------------------------------
+# numba movers: boxes of up to 4 dims, on the raw bits (so every dtype shares one kernel)
+
+def _gather_py(flat, shape, strides, starts, tshape, pad, out):
+    L = starts.shape[0]
+    t0, t1, t2, t3 = tshape[0], tshape[1], tshape[2], tshape[3]
+    for l in numba.prange(L):
+        k = 0
+        for i0 in range(t0):
+            c0 = starts[l, 0] + i0
+            ok0 = 0 <= c0 < shape[0]
+            for i1 in range(t1):
+                c1 = starts[l, 1] + i1
+                ok1 = ok0 and 0 <= c1 < shape[1]
+                for i2 in range(t2):
+                    c2 = starts[l, 2] + i2
+                    ok2 = ok1 and 0 <= c2 < shape[2]
+                    base = c0 * strides[0] + c1 * strides[1] + c2 * strides[2]
+                    for i3 in range(t3):
+                        c3 = starts[l, 3] + i3
+                        if ok2 and 0 <= c3 < shape[3]:
+                            out[l, k] = flat[base + c3 * strides[3]]
+                        else:
+                            out[l, k] = pad
+                        k += 1
+
+
+def _scatter_py(flat, shape, strides, starts, tshape, vals, vlanes, owner, lane_block, conflicts):
+    """Write each lane's box; owner[] records the writer; returns #conflicting elements."""
+    L = starts.shape[0]
+    t0, t1, t2, t3 = tshape[0], tshape[1], tshape[2], tshape[3]
+    n = 0
+    for l in range(L):
+        vl = l if vlanes > 1 else 0
+        me = lane_block[l]
+        k = 0
+        for i0 in range(t0):
+            c0 = starts[l, 0] + i0
+            ok0 = 0 <= c0 < shape[0]
+            for i1 in range(t1):
+                c1 = starts[l, 1] + i1
+                ok1 = ok0 and 0 <= c1 < shape[1]
+                for i2 in range(t2):
+                    c2 = starts[l, 2] + i2
+                    ok2 = ok1 and 0 <= c2 < shape[2]
+                    base = c0 * strides[0] + c1 * strides[1] + c2 * strides[2]
+                    for i3 in range(t3):
+                        c3 = starts[l, 3] + i3
+                        if ok2 and 0 <= c3 < shape[3]:
+                            off = base + c3 * strides[3]
+                            prev = owner[off]
+                            if prev != -1 and prev != me:
+                                if n < conflicts.shape[0]:
+                                    conflicts[n, 0] = off
+                                    conflicts[n, 1] = prev
+                                    conflicts[n, 2] = me
+                                n += 1
+                            owner[off] = me
+                            flat[off] = vals[vl, k]
+                        k += 1
+    return n
+
+
+_gather_serial = numba.njit(cache=_CACHE)(_gather_py)
+_gather_parallel = numba.njit(parallel=True, cache=_CACHE)(_gather_py)
+_scatter = numba.njit(cache=_CACHE)(_scatter_py)
+
+
+def _gather(flat, shape, strides, starts, tshape, pad, out):
+    fn = _gather_parallel if out.size >= PARALLEL_MIN else _gather_serial
+    fn(flat, shape, strides, starts, tshape, pad, out)
+
+
+# ---------------------------------------------------------------------------------------
+
+def _order(order, ndim):
+    if order == "C":
+        return tuple(range(ndim))
+    if order == "F":
+        return tuple(reversed(range(ndim)))
+    order = tuple(int(o) for o in order)
+    if sorted(order) != list(range(ndim)):
+        raise SimTypeError(f"order={order} is not a permutation of {ndim} array axes")
+    return order
+
+
+def _pad4(seq, fill):
+    seq = list(seq)
+    return np.array([fill] * (4 - len(seq)) + seq, dtype=np.int64)
+
+
+def _box(array: SimArray, index, shape, order, op: str):
+    """Per-lane start coordinates of the box, in the order-permuted array space."""
+    if not isinstance(array, SimArray):
+        raise SimTypeError(f"ct.{op}: first argument must be an array, got {type(array).__name__}")
+    if not isinstance(index, (tuple, list)):
+        index = (index,)
+    nd = array.ndim
+    if nd > 4:
+        from .errors import SimNotSupported
+        raise SimNotSupported(f"ct.{op}: arrays of more than 4 dims")
+    if len(index) != nd or len(shape) != nd:
+        raise SimTypeError(f"ct.{op} on {array.name} (ndim {nd}): index {tuple(index)} and "
+                           f"shape {tuple(shape)} must both have {nd} entries")
+    perm = _order(order, nd)
+    ashape = [array.shape[p] for p in perm]
+    astrides = [array.strides[p] for p in perm]
+    ctx = current()
+    L = ctx.lanes
+    starts = np.zeros((L, 4), np.int64)
+    for a, (ix, ts) in enumerate(zip(index, shape)):
+        col = 4 - nd + a
+        if isinstance(ix, Tile):
+            if ix.shape != ():
+                raise SimTypeError(f"ct.{op}: index entries must be scalars, got a tile {ix.shape}")
+            starts[:, col] = ix.v.astype(np.int64) * int(ts)
+        else:
+            starts[:, col] = int(ix) * int(ts)
+    shape4 = _pad4(ashape, 1)
+    strides4 = _pad4(astrides, 0)
+    tshape4 = _pad4([int(s) for s in shape], 1)
+    return starts, shape4, strides4, tshape4, ashape
+
+
+def _check_box(array, starts, shape4, tshape4, op, index, shape, check_bounds):
+    """Raise for a lane whose box lies entirely outside the array (or partly, if unchecked)."""
+    lo = starts
+    hi = starts + tshape4[None, :]
+    inside_any = ((hi > 0) & (lo < shape4[None, :])).all(axis=1)
+    inside_all = ((lo >= 0) & (hi <= shape4[None, :])).all(axis=1)
+    bad = ~inside_any if check_bounds else ~inside_all
+    if bad.any():
+        ctx = current()
+        lane = int(np.argmax(bad))
+        where = "entirely outside" if check_bounds else "partly outside (check_bounds=False)"
+        raise SimulationError(
+            f"ct.{op} out of bounds in block {ctx.block_of(lane)} at {ctx.kernel_line()}: "
+            f"tile index {tuple(_lane_value(i, lane) for i in index)} with shape "
+            f"{tuple(shape)} lies {where} array '{array.name}' of shape {array.shape}")
+    return not inside_all.all()
+
+
+def _lane_value(ix, lane):
+    if isinstance(ix, Tile):
+        return int(ix.v[min(lane, ix.v.shape[0] - 1)])
+    return int(ix)
+
+
+def _pad_bits(dtype, padding_mode) -> int:
+    st = dtypes.storage(dtype)
+    PM = ct.PaddingMode
+    if padding_mode in (None, PM.UNDETERMINED):
+        # poison: a kernel must not depend on undetermined padding
+        val = np.array(np.nan if st.kind == "f" else np.iinfo(st).max if st.kind in "iu" else True, st)
+    else:
+        fill = {PM.ZERO: 0.0, PM.NEG_ZERO: -0.0, PM.NAN: np.nan,
+                PM.POS_INF: np.inf, PM.NEG_INF: -np.inf}[padding_mode]
+        if st.kind != "f" and padding_mode is not PM.ZERO:
+            raise SimTypeError(f"padding_mode={padding_mode} needs a float array, got {dtype.name}")
+        val = np.array(fill, st)
+    return int(val.reshape(1).view(_BITS[st.itemsize])[0])
+
+
+def load(array, /, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDETERMINED,
+         check_bounds=True, latency=None, allow_tma=None, memory_order=None, memory_scope=None):
+    scalar = tuple(shape) == () if isinstance(shape, (tuple, list)) else False
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(s) for s in shape)
+    if scalar:
+        shape = (1,) * array.ndim
+    for s in shape:
+        if s <= 0 or s & (s - 1):
+            raise SimTypeError(f"ct.load: tile shape {shape} must be powers of two")
+    starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "load")
+    _check_box(array, starts, shape4, tshape4, "load", index if isinstance(index, (tuple, list)) else (index,),
+               shape, check_bounds)
+    ctx = current()
+    ctx.loads += ctx.lanes
+    flat = array._bits()
+    share = None
+    if ctx.lanes > 1:
+        # lanes loading the same box (e.g. every query block of a head loads one K tile):
+        # gather each box once, and tell mma so it can batch those lanes into one GEMM
+        uniq, reps, inverse = np.unique(starts, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if len(uniq) < ctx.lanes:
+            share = (inverse, reps)
+            starts = uniq
+    out = np.empty((len(starts), int(np.prod(shape))), flat.dtype)
+    _gather(flat, shape4, strides4, starts, tshape4,
+            flat.dtype.type(_pad_bits(array.dtype, padding_mode)), out)
+    if share is not None:
+        out = out[share[0]]
+        share = (share[0], _first_lane(share[0], len(share[1])))
+    v = out.view(dtypes.storage(array.dtype)).reshape((ctx.lanes,) + shape)
+    if scalar:
+        v = v.reshape((ctx.lanes,))
+    return Tile(v, array.dtype, share)
+
+
+def _first_lane(inverse, n):
+    """For each unique id, the first lane holding it."""
+    first = np.full(n, len(inverse), np.int64)
+    np.minimum.at(first, inverse, np.arange(len(inverse)))
+    return first
+
+
+def store(array, /, index, tile, *, order="C", check_bounds=True, latency=None,
+          allow_tma=None, memory_order=None, memory_scope=None):
+    ctx = current()
+    if not isinstance(tile, Tile):
+        from .tile import as_tile
+        tile = as_tile(tile, array.dtype)
+        tile = Tile(tile.v.reshape((tile.v.shape[0],) + (1,) * array.ndim), tile.dtype)
+    elif tile.ndim == 0:
+        tile = Tile(tile.v.reshape((tile.v.shape[0],) + (1,) * array.ndim), tile.dtype)
+    if tile.dtype != array.dtype:
+        if not _widening(tile.dtype, array.dtype):
+            raise SimTypeError(
+                f"ct.store at {ctx.kernel_line()}: stored tile is incompatible with array "
+                f"'{array.name}': cannot implicitly cast {tile.dtype.name} to {array.dtype.name}")
+        tile = Tile(ctx.model.round_to(tile.v, array.dtype), array.dtype)
+    shape = tile.shape
+    starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "store")
+    idx = index if isinstance(index, (tuple, list)) else (index,)
+    _check_box(array, starts, shape4, tshape4, "store", idx, shape, check_bounds)
+    vals = np.ascontiguousarray(tile.v).reshape(tile.v.shape[0], -1)
+    ctx.pending_stores.append((array, starts, shape4, strides4, tshape4, vals, ctx.kernel_line()))
+    ctx.stores += ctx.lanes
+
+
+def _widening(src, dst) -> bool:
+    """Implicit store conversions cuTile accepts (measured: f16 -> f32 ok, f32 -> f16 refused)."""
+    if src == dst:
+        return True
+    try:
+        return dtypes.promote(src, dst) == dst
+    except SimTypeError:
+        return False
+
+
+def commit(ctx, grid) -> list[str]:
+    """Apply a finished group's stores; return double-write findings."""
+    findings = []
+    linear = (ctx.block_ids[:, 0] + grid[0] * (ctx.block_ids[:, 1] + grid[1] * ctx.block_ids[:, 2]))
+    for array, starts, shape4, strides4, tshape4, vals, line in ctx.pending_stores:
+        if array.owner is None:
+            array.owner = np.full(array.data.size, -1, np.int64)
+        conflicts = np.zeros((4, 3), np.int64)
+        bits = vals.view(_BITS[vals.dtype.itemsize])
+        n = _scatter(array._bits(), shape4, strides4, starts, tshape4, bits, bits.shape[0],
+                     array.owner, linear.astype(np.int64), conflicts)
+        for off, prev, me in conflicts[:min(n, 4)]:
+            findings.append(
+                f"double write: element {np.unravel_index(int(off), array.shape)} of "
+                f"'{array.name}' written by block {_unlinear(prev, grid)} and by block "
+                f"{_unlinear(me, grid)} (store at {line})" + (f"; {n} elements in all" if n > 1 else ""))
+    ctx.pending_stores.clear()
+    return findings
+
+
+def _unlinear(i, grid):
+    i = int(i)
+    return (i % grid[0], (i // grid[0]) % grid[1], i // (grid[0] * grid[1]))
+
+
+def unwritten_findings(arrays) -> list[str]:
+    out = []
+    for a in arrays:
+        if a.owner is None:
+            continue
+        missing = np.flatnonzero(a.owner == -1)
+        if missing.size:
+            first = np.unravel_index(int(missing[0]), a.shape)
+            out.append(f"unwritten: {missing.size} of {a.data.size} elements of output "
+                       f"'{a.name}' were written by no block (first at index {tuple(int(x) for x in first)})")
+    return out

@@ -1,0 +1,283 @@
+"""Numeric models: how a target GPU rounds the inexact operations a tile kernel uses.
+
+A model is a named, swappable object. The simulator's tile ops call it for every operation
+whose result can differ between an IEEE reference and the GPU: tensor-core products
+(`ct.mma`), `exp2`, approximate division, float reductions and narrowing conversions.
+Plain fp32/fp16 add, sub, mul and max are IEEE round-to-nearest-even on the GPU and in
+numpy alike, so they need no model.
+
+`Sm90v0` is the first declared model. What it assumes, and what is not yet calibrated
+against the hardware (the bit-exact issue replaces these with measured behaviour):
+  * mma: products of fp16/bf16 operands are exact; the whole K sum plus the accumulator
+    is formed in float64 and rounded once to the accumulator dtype (RNE). The H100 tensor
+    core instead aligns and truncates per k-step; not modelled yet.
+  * exp2 (ex2.approx.ftz.f32 on the GPU): modelled as the correctly rounded exp2 of the
+    float32 input, with subnormal inputs and results flushed to zero when asked.
+  * approximate division: x * fl32(1/y), each step rounded to float32, flush-to-zero.
+  * float sums: formed in float64 and rounded once (the GPU's reduction tree is not
+    modelled yet).
+  * fp32 -> fp16 and fp32 -> bf16: round to nearest even (exact model).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+import cuda.tile as ct
+
+from . import dtypes
+
+_CACHE = os.environ.get("SPAK_NUMBA_CACHE", "1") != "0"
+
+
+# ---------------------------------------------------------------------------------------
+# numba primitives (the hot elementwise work; prange spreads it over the cores)
+
+def _bf16_round_f32_py(x, out):
+    """fp32 -> bf16 round-to-nearest-even, result kept as float32. NaN stays NaN."""
+    xb = x.view(np.uint32)
+    ob = out.view(np.uint32)
+    for i in numba.prange(xb.size):
+        b = xb[i]
+        if (b & 0x7F800000) == 0x7F800000 and (b & 0x007FFFFF) != 0:
+            ob[i] = b | 0x00400000          # quiet NaN, payload truncated below
+            ob[i] &= 0xFFFF0000
+        else:
+            lsb = (b >> 16) & 1
+            ob[i] = ((b + 0x7FFF + lsb) >> 16) << 16
+
+
+def _exp2_f32_py(x, out, ftz):
+    tiny = np.float32(1.1754943508222875e-38)  # smallest normal float32
+    for i in numba.prange(x.size):
+        v = x[i]
+        if ftz and abs(v) < tiny:
+            v = np.float32(0.0)
+        r = np.float32(2.0 ** np.float64(v))
+        if ftz and abs(r) < tiny:
+            r = np.float32(0.0)
+        out[i] = r
+
+
+def _div_approx_f32_py(x, y, out, ftz):
+    tiny = np.float32(1.1754943508222875e-38)
+    for i in numba.prange(x.size):
+        a = x[i]
+        b = y[i]
+        if ftz:
+            if abs(a) < tiny:
+                a = np.float32(0.0)
+            if abs(b) < tiny:
+                b = np.float32(0.0)
+        r = np.float32(np.float32(1.0) / b)
+        q = np.float32(a * r)
+        if ftz and abs(q) < tiny:
+            q = np.float32(0.0)
+        out[i] = q
+
+
+PARALLEL_MIN = 1 << 18   # elements; below this numba's thread wake-up costs more than it saves
+
+
+def _dual(pyfunc):
+    """A serial and a parallel numba build of one loop; calls pick by problem size."""
+    serial = numba.njit(cache=_CACHE)(pyfunc)
+    parallel = numba.njit(parallel=True, cache=_CACHE)(pyfunc)
+
+    def call(*args):
+        big = args[0].size >= PARALLEL_MIN
+        return (parallel if big else serial)(*args)
+    call.__name__ = pyfunc.__name__
+    return call
+
+
+_bf16_round_f32 = _dual(_bf16_round_f32_py)
+_exp2_f32 = _dual(_exp2_f32_py)
+_div_approx_f32 = _dual(_div_approx_f32_py)
+
+
+def _single_threaded_blas() -> bool:
+    """Pin numpy's OpenBLAS to one thread. The simulator parallelises over lanes itself;
+    OpenBLAS threads spinning beside numba's and ours made batched mma 50x slower here."""
+    import ctypes
+    import glob
+    libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                    "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn(ctypes.c_int(1))
+                return True
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1, user_api="blas")
+        return True
+    except ImportError:
+        return False
+
+
+BLAS_PINNED = _single_threaded_blas()
+
+
+def _flat(x):
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+class NumericModel:
+    """Base: IEEE-correct choices everywhere. Subclasses name a target and its quirks."""
+
+    name = "ieee"
+    description = "IEEE round-to-nearest-even everywhere; float64 accumulation."
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or max(1, min(4, os.cpu_count() or 1))
+        self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+
+    # -- conversions -------------------------------------------------------------------
+    def round_to(self, x: np.ndarray, dtype) -> np.ndarray:
+        """Round a float array to `dtype`, returning its storage array (RNE)."""
+        st = dtypes.storage(dtype)
+        if dtype == ct.bfloat16:
+            x32 = np.asarray(x, dtype=np.float32)  # float64 inputs: double rounding, see doc
+            out = np.empty(x32.shape, np.float32)
+            if x32.size:
+                _bf16_round_f32(_flat(x32), out.reshape(-1))
+            return out
+        if dtypes.is_int(dtype) and np.asarray(x).dtype.kind == "f":
+            # cuTile float->int conversion truncates toward zero (C semantics)
+            return np.trunc(x).astype(st)
+        return np.asarray(x).astype(st, copy=False)
+
+    # -- tensor cores ------------------------------------------------------------------
+    def mma(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray, acc_dtype,
+            y_share=None) -> np.ndarray:
+        """(a @ b) + acc per lane: exact products, the K sum and acc added in float64,
+        one rounding to acc_dtype. Arrays carry a leading lane axis (size L or 1)."""
+        lanes = max(a.shape[0], b.shape[0], acc.shape[0])
+        if y_share is not None and a.ndim == 3 and a.shape[0] == lanes:
+            r = self._mma_shared(a, b, acc, y_share, lanes)
+        else:
+            r = self._mma_lanes(a, b, acc, lanes)
+        return self.round_to(r, acc_dtype)
+
+    def _map(self, fn, items):
+        if self._pool is not None and len(items) > 1:
+            return list(self._pool.map(fn, items))
+        return [fn(i) for i in items]
+
+    def _mma_lanes(self, a, b, acc, lanes):
+        def part(sl):
+            bb = b[sl] if b.shape[0] > 1 else b
+            cc = acc[sl] if acc.shape[0] > 1 else acc
+            r = np.matmul(a[sl].astype(np.float64), bb.astype(np.float64))
+            r += cc
+            return r
+        if a.shape[0] != lanes:
+            a = np.broadcast_to(a, (lanes,) + a.shape[1:])
+        n = self.threads if lanes >= 2 * self.threads else 1
+        step = -(-lanes // n)
+        parts = self._map(part, [slice(i, i + step) for i in range(0, lanes, step)])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+    def _mma_shared(self, a, b, acc, share, lanes):
+        """Lanes whose b is the same tile become one taller GEMM (same sums, fewer calls)."""
+        inverse, reps = share
+        m, k = a.shape[1], a.shape[2]
+        out = np.empty((lanes, m, b.shape[-1]), np.float64)
+
+        def part(g):
+            idx = np.flatnonzero(inverse == g)
+            x = a[idx].reshape(-1, k).astype(np.float64)
+            r = (x @ b[reps[g]].astype(np.float64)).reshape(len(idx), m, -1)
+            r += acc[idx] if acc.shape[0] > 1 else acc
+            out[idx] = r
+        self._map(part, list(range(len(reps))))
+        return out
+
+    # -- special functions ---------------------------------------------------------------
+    def exp2(self, x: np.ndarray, dtype, flush_to_zero: bool) -> np.ndarray:
+        if dtype == ct.float32:
+            x = np.ascontiguousarray(x, np.float32)
+            out = np.empty_like(x)
+            if x.size:
+                _exp2_f32(x.reshape(-1), out.reshape(-1), bool(flush_to_zero))
+            return out
+        return self.round_to(np.exp2(x.astype(np.float64)), dtype)
+
+    def unary(self, fn: str, x: np.ndarray, dtype) -> np.ndarray:
+        """exp, log, log2, sqrt, rsqrt, sin, ...: correctly rounded from float64."""
+        x64 = x.astype(np.float64)
+        with np.errstate(all="ignore"):
+            if fn == "rsqrt":
+                r = 1.0 / np.sqrt(x64)
+            else:
+                r = getattr(np, fn)(x64)
+        return self.round_to(r, dtype)
+
+    def truediv(self, x, y, dtype, rounding_mode, flush_to_zero) -> np.ndarray:
+        if rounding_mode is ct.RoundingMode.APPROX and dtype == ct.float32:
+            x, y = np.broadcast_arrays(np.asarray(x, np.float32), np.asarray(y, np.float32))
+            out = np.empty(x.shape, np.float32)
+            if out.size:
+                _div_approx_f32(_flat(x), _flat(y), out.reshape(-1), bool(flush_to_zero))
+            return out
+        if rounding_mode not in (None, ct.RoundingMode.RN, ct.RoundingMode.FULL,
+                                 ct.RoundingMode.APPROX):
+            from .errors import SimNotSupported
+            raise SimNotSupported(f"ct.truediv: rounding_mode={rounding_mode} is not modelled")
+        with np.errstate(all="ignore"):
+            r = np.asarray(x, np.float64) / np.asarray(y, np.float64)
+        r = self.round_to(r, dtype)
+        if flush_to_zero:
+            r = _ftz(r)
+        return r
+
+    # -- reductions --------------------------------------------------------------------
+    def sum(self, x: np.ndarray, axis, dtype) -> np.ndarray:
+        if dtypes.is_float(dtype):
+            return self.round_to(np.sum(x, axis=axis, dtype=np.float64), dtype)
+        return np.sum(x, axis=axis, dtype=dtypes.storage(dtype))
+
+    def describe(self) -> dict:
+        return {"name": self.name, "description": self.description.strip()}
+
+
+def _ftz(r: np.ndarray) -> np.ndarray:
+    if r.dtype.kind != "f":
+        return r
+    tiny = np.finfo(r.dtype).tiny if r.dtype != np.float16 else np.float16(6.104e-05)
+    return np.where(np.abs(r) < tiny, np.zeros((), r.dtype), r)
+
+
+class Sm90v0(NumericModel):
+    name = "sm_90"
+    description = __doc__.split("`Sm90v0`", 1)[1].split("\n\"\"\"")[0] if __doc__ else ""
+
+
+class Sm120v0(Sm90v0):
+    name = "sm_120"
+    description = "Same declared arithmetic as sm_90 v0; not yet calibrated on an RTX 5070."
+
+
+MODELS = {"sm_90": Sm90v0, "sm_120": Sm120v0, "ieee": NumericModel}
+_instances: dict[str, NumericModel] = {}
+
+
+def get_model(model) -> NumericModel:
+    """A model instance by name ('sm_90', 'sm_120', 'ieee') or a NumericModel passed as is."""
+    if isinstance(model, NumericModel):
+        return model
+    try:
+        cls = MODELS[model]
+    except KeyError:
+        raise ValueError(f"unknown numeric model {model!r}; choose one of {sorted(MODELS)}") from None
+    if model not in _instances:
+        _instances[model] = cls()
+    return _instances[model]

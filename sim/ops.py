@@ -1,0 +1,480 @@
+"""The simulator's implementation of cuTile's tile operations (semantics: cuda/tile/_stub.py).
+
+Each function mirrors the cuTile op of the same name. Rounding-sensitive work goes through
+the active numeric model (`current().model`); everything else is exact numpy.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+import cuda.tile as ct
+
+from . import dtypes
+from .context import current
+from .errors import SimNotSupported, SimTypeError
+from .tile import Tile, as_tile, binary, lane_array, operand_dtype, result_dtype
+
+
+# ---------------------------------------------------------------------------------------
+# grid
+
+def bid(axis):
+    ctx = current()
+    col = ctx.block_ids[:, int(axis)]
+    if col.shape[0] == 1 or (col == col[0]).all():
+        return int(col[0])
+    return Tile(col.astype(np.int32), ct.int32)
+
+
+def num_blocks(axis):
+    return int(current().grid[int(axis)])
+
+
+def num_tiles(array, /, axis, shape, order="C"):
+    from .memory import _order
+    perm = _order(order, array.ndim)
+    return -(-array.shape[perm[int(axis)]] // int(shape[int(axis)]))
+
+
+def cdiv(x, y, /):
+    if isinstance(x, Tile) or isinstance(y, Tile):
+        return binary("floordiv", binary("sub", binary("add", x, y), 1), y)
+    return -(-x // y)
+
+
+def assume_divisible_by(x, divisor):
+    return x
+
+
+def static_eval(expr, /):
+    return expr
+
+
+def static_assert(condition, message=None, /):
+    if not condition:
+        raise SimTypeError(f"static_assert failed: {message or ''}")
+
+
+def static_iter(iterable):
+    return iterable
+
+
+def ensure_constant(value, /):
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# factories
+
+def _shape(shape):
+    if isinstance(shape, int):
+        return (shape,)
+    return tuple(int(s) for s in shape)
+
+
+def full(shape, fill_value, dtype):
+    dtype = dtypes.as_ct_dtype(dtype)
+    shape = _shape(shape)
+    if isinstance(fill_value, Tile):
+        v = lane_array(fill_value, dtype, 0).reshape((-1,) + (1,) * len(shape))
+        return Tile(np.ascontiguousarray(np.broadcast_to(v, (v.shape[0],) + shape)), dtype)
+    val = lane_array(fill_value, dtype, 0).reshape(())
+    return Tile(np.full((1,) + shape, val, dtypes.storage(dtype)), dtype)
+
+
+def zeros(shape, dtype):
+    return full(shape, 0, dtype)
+
+
+def ones(shape, dtype):
+    return full(shape, 1, dtype)
+
+
+def arange(size, /, *, dtype, start=0, step=1):
+    dtype = dtypes.as_ct_dtype(dtype)
+    size = int(size)
+    if size <= 0 or size & (size - 1):
+        raise SimTypeError(f"ct.arange: size {size} must be a power of two")
+    st = dtypes.storage(dtype)
+    base = np.arange(size, dtype=np.float64 if dtypes.is_float(dtype) else np.int64)
+    s = lane_array(start, dtype, 0).reshape(-1, 1).astype(base.dtype)
+    p = lane_array(step, dtype, 0).reshape(-1, 1).astype(base.dtype)
+    return Tile((s + base[None, :] * p).astype(st), dtype)
+
+
+def astile(value, /, *, dtype):
+    dtype = dtypes.as_ct_dtype(dtype)
+    arr = np.asarray(value)
+    return Tile(current().model.round_to(arr.astype(np.float64), dtype)[None]
+                if dtypes.is_float(dtype) else arr.astype(dtypes.storage(dtype))[None], dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# shape ops
+
+def reshape(x, /, shape):
+    return as_tile(x).reshape(_shape(shape))
+
+
+def permute(x, /, axes):
+    return as_tile(x).permute(axes)
+
+
+def transpose(x, /, axis0=None, axis1=None):
+    return as_tile(x).transpose(axis0, axis1)
+
+
+def expand_dims(x, /, axis):
+    x = as_tile(x)
+    axis = int(axis)
+    if axis < 0:
+        axis += x.ndim + 1
+    return Tile(np.expand_dims(x.v, axis + 1), x.dtype)
+
+
+def broadcast_to(x, /, shape):
+    x = as_tile(x)
+    shape = _shape(shape)
+    v = lane_array(x, x.dtype, len(shape))
+    return Tile(np.broadcast_to(v, (v.shape[0],) + shape), x.dtype)
+
+
+def cat(tiles, /, axis):
+    tiles = [as_tile(t) for t in tiles]
+    dt = tiles[0].dtype
+    if any(t.dtype != dt for t in tiles):
+        raise SimTypeError("ct.cat: all tiles must have one dtype")
+    lanes = builtins.max(t.v.shape[0] for t in tiles)
+    vs = [np.broadcast_to(t.v, (lanes,) + t.shape) for t in tiles]
+    axis = int(axis) % tiles[0].ndim
+    return Tile(np.concatenate(vs, axis=axis + 1), dt)
+
+
+def astype(x, dtype, /, *, rounding_mode=None):
+    dtype = dtypes.as_ct_dtype(dtype)
+    if rounding_mode not in (None, ct.RoundingMode.RN):
+        raise SimNotSupported(f"ct.astype: rounding_mode={rounding_mode} is not modelled")
+    x = as_tile(x)
+    if x.dtype == dtype:
+        return x
+    model = current().model
+    if dtypes.is_float(dtype):
+        return Tile(model.round_to(x.v, dtype), dtype, x.share)
+    if dtype == ct.bool_:
+        return Tile(x.v != 0, dtype)
+    return Tile(model.round_to(x.v, dtype), dtype)
+
+
+def bitcast(x, /, dtype):
+    dtype = dtypes.as_ct_dtype(dtype)
+    x = as_tile(x)
+    if ct.bfloat16 in (dtype, x.dtype):
+        raise SimNotSupported("ct.bitcast to/from bfloat16")
+    return Tile(x.v.view(dtypes.storage(dtype)), dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# elementwise
+
+def _binop(name):
+    def f(x, y, /, *, rounding_mode=None, flush_to_zero=False):
+        if rounding_mode not in (None, ct.RoundingMode.RN):
+            raise SimNotSupported(f"ct.{name}: rounding_mode={rounding_mode} is not modelled")
+        if flush_to_zero:
+            raise SimNotSupported(f"ct.{name}: flush_to_zero=True is not modelled")
+        return binary(name, x, y)
+    f.__name__ = name
+    return f
+
+
+add, sub, mul = _binop("add"), _binop("sub"), _binop("mul")
+
+
+def truediv(x, y, /, *, rounding_mode=None, flush_to_zero=False):
+    dt = result_dtype(x, y, force_float=True)
+    nd = builtins.max([t.ndim for t in (x, y) if isinstance(t, Tile)] or [0])
+    xv, yv = lane_array(x, dt, nd), lane_array(y, dt, nd)
+    model = current().model
+    if dt == ct.float32 and rounding_mode in (None, ct.RoundingMode.RN) and not flush_to_zero:
+        with np.errstate(all="ignore"):
+            r = np.divide(xv, yv)                 # IEEE float32 division, correctly rounded
+        return Tile(r, dt)
+    r = model.truediv(xv, yv, dt, rounding_mode, flush_to_zero)
+    if not isinstance(x, Tile) and not isinstance(y, Tile):
+        return r.reshape(()).item()
+    return Tile(r, dt)
+
+
+def floordiv(x, y, /):
+    return binary("floordiv", x, y)
+
+
+def mod(x, y, /):
+    return binary("mod", x, y)
+
+
+def pow(x, y, /):
+    return binary("pow", x, y)
+
+
+def _cmp(name):
+    def f(x, y, /):
+        return binary(name, x, y)
+    f.__name__ = name
+    return f
+
+
+greater, greater_equal = _cmp("gt"), _cmp("ge")
+less, less_equal = _cmp("lt"), _cmp("le")
+equal, not_equal = _cmp("eq"), _cmp("ne")
+bitwise_and, bitwise_or, bitwise_xor = _cmp("and"), _cmp("or"), _cmp("xor")
+bitwise_lshift, bitwise_rshift = _cmp("lshift"), _cmp("rshift")
+
+
+def bitwise_not(x, /):
+    return ~as_tile(x)
+
+
+def negative(x, /):
+    return -as_tile(x)
+
+
+def abs(x, /):
+    return builtins.abs(as_tile(x))
+
+
+def _minmax(x, y, is_max, flush_to_zero, propagate_nan):
+    if flush_to_zero:
+        raise SimNotSupported("ct.maximum/minimum: flush_to_zero=True is not modelled")
+    if not isinstance(x, Tile) and not isinstance(y, Tile):
+        return builtins.max(x, y) if is_max else builtins.min(x, y)
+    dt = result_dtype(x, y)
+    nd = builtins.max(t.ndim for t in (x, y) if isinstance(t, Tile))
+    xv, yv = lane_array(x, dt, nd), lane_array(y, dt, nd)
+    if propagate_nan:
+        fn = np.maximum if is_max else np.minimum
+    else:
+        fn = np.fmax if is_max else np.fmin       # NaN operands are ignored (cuTile default)
+    return Tile(fn(xv, yv), dt)
+
+
+def maximum(x, y, /, *, flush_to_zero=False, propagate_nan=False):
+    return _minmax(x, y, True, flush_to_zero, propagate_nan)
+
+
+def minimum(x, y, /, *, flush_to_zero=False, propagate_nan=False):
+    return _minmax(x, y, False, flush_to_zero, propagate_nan)
+
+
+def where(cond, x, y, /):
+    cond_t = as_tile(cond)
+    if cond_t.dtype != ct.bool_:
+        raise SimTypeError(f"ct.where: condition must be bool, got {cond_t.dtype.name}")
+    dt = result_dtype(x, y)
+    nd = builtins.max([t.ndim for t in (cond_t, x, y) if isinstance(t, Tile)])
+    c = lane_array(cond_t, ct.bool_, nd)
+    return Tile(np.where(c, lane_array(x, dt, nd), lane_array(y, dt, nd)), dt)
+
+
+def isnan(x, /):
+    x = as_tile(x)
+    return Tile(np.isnan(x.v) if x.v.dtype.kind == "f" else np.zeros_like(x.v, bool), ct.bool_)
+
+
+def _float_in(x):
+    x = as_tile(x)
+    if not dtypes.is_float(x.dtype):
+        raise SimTypeError(f"expected a float tile, got {x.dtype.name}")
+    return x
+
+
+def exp2(x, /, *, flush_to_zero=False):
+    x = _float_in(x)
+    return Tile(current().model.exp2(x.v, x.dtype, flush_to_zero), x.dtype)
+
+
+def _unary(fn):
+    def f(x, /, *, rounding_mode=None, flush_to_zero=False):
+        if rounding_mode not in (None, ct.RoundingMode.RN, ct.RoundingMode.FULL) or flush_to_zero:
+            raise SimNotSupported(f"ct.{fn}: rounding_mode/flush_to_zero options are not modelled")
+        x = _float_in(x)
+        return Tile(current().model.unary(fn, x.v, x.dtype), x.dtype)
+    f.__name__ = fn
+    return f
+
+
+exp, log, log2, sqrt, rsqrt = _unary("exp"), _unary("log"), _unary("log2"), _unary("sqrt"), _unary("rsqrt")
+sin, cos, tan, sinh, cosh, tanh = (_unary(n) for n in ("sin", "cos", "tan", "sinh", "cosh", "tanh"))
+
+
+def floor(x, /):
+    x = _float_in(x)
+    return Tile(np.floor(x.v), x.dtype)
+
+
+def ceil(x, /):
+    x = _float_in(x)
+    return Tile(np.ceil(x.v), x.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# reductions
+
+def _axes(x: Tile, axis):
+    if axis is None:
+        return tuple(range(1, x.ndim + 1))
+    if isinstance(axis, (tuple, list)):
+        return tuple(int(a) % x.ndim + 1 for a in axis)
+    return (int(axis) % x.ndim + 1,)
+
+
+def _reduce(x, axis, keepdims, fn):
+    x = as_tile(x)
+    ax = _axes(x, axis)
+    r = fn(x, ax)
+    if keepdims:
+        r = np.expand_dims(r, ax)
+    return r
+
+
+def sum(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=False):
+    if rounding_mode not in (None, ct.RoundingMode.RN) or flush_to_zero:
+        raise SimNotSupported("ct.sum: rounding_mode/flush_to_zero options are not modelled")
+    x = as_tile(x)
+    dt = ct.int32 if x.dtype == ct.bool_ else x.dtype
+    model = current().model
+    return Tile(_reduce(x, axis, keepdims, lambda t, ax: model.sum(t.v, ax, dt)), dt)
+
+
+def max(x, /, axis=None, *, keepdims=False, flush_to_zero=False, propagate_nan=False):
+    if flush_to_zero:
+        raise SimNotSupported("ct.max: flush_to_zero=True is not modelled")
+    fn = np.maximum if propagate_nan else np.fmax
+    x = as_tile(x)
+    return Tile(_reduce(x, axis, keepdims, lambda t, ax: fn.reduce(t.v, axis=ax)), x.dtype)
+
+
+def min(x, /, axis=None, *, keepdims=False, flush_to_zero=False, propagate_nan=False):
+    if flush_to_zero:
+        raise SimNotSupported("ct.min: flush_to_zero=True is not modelled")
+    fn = np.minimum if propagate_nan else np.fmin
+    x = as_tile(x)
+    return Tile(_reduce(x, axis, keepdims, lambda t, ax: fn.reduce(t.v, axis=ax)), x.dtype)
+
+
+def prod(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=False):
+    x = as_tile(x)
+    model = current().model
+    return Tile(_reduce(x, axis, keepdims,
+                        lambda t, ax: model.round_to(np.prod(t.v.astype(np.float64), axis=ax), x.dtype)
+                        if dtypes.is_float(x.dtype) else np.prod(t.v, axis=ax)), x.dtype)
+
+
+def argmax(x, /, axis=None, *, keepdims=False, propagate_nan=False):
+    return _arg(x, axis, keepdims, np.argmax)
+
+
+def argmin(x, /, axis=None, *, keepdims=False, propagate_nan=False):
+    return _arg(x, axis, keepdims, np.argmin)
+
+
+def _arg(x, axis, keepdims, fn):
+    x = as_tile(x)
+    if axis is None:
+        flat = x.v.reshape(x.v.shape[0], -1)
+        r = fn(flat, axis=1).astype(np.int32)
+        return Tile(r.reshape((-1,) + ((1,) * x.ndim if keepdims else ())), ct.int32)
+    ax = int(axis) % x.ndim + 1
+    r = fn(x.v, axis=ax).astype(np.int32)
+    if keepdims:
+        r = np.expand_dims(r, ax)
+    return Tile(r, ct.int32)
+
+
+# ---------------------------------------------------------------------------------------
+# matrix multiply
+
+_MMA_OK = {ct.float16: (ct.float16, ct.float32), ct.bfloat16: (ct.float32,),
+           ct.float32: (ct.float32,), ct.float64: (ct.float64,)}
+
+
+def mma(x, y, /, acc, *, use_fast_acc=False):
+    x, y, acc = as_tile(x), as_tile(y), as_tile(acc)
+    if x.dtype != y.dtype:
+        raise SimTypeError(f"ct.mma: operands must share a dtype, got {x.dtype.name} and {y.dtype.name}")
+    if acc.dtype not in _MMA_OK.get(x.dtype, ()):
+        raise SimTypeError(f"ct.mma: {x.dtype.name} inputs cannot accumulate in {acc.dtype.name}")
+    if x.ndim not in (2, 3) or y.ndim not in (2, 3):
+        raise SimTypeError("ct.mma: operands must be 2-D or 3-D")
+    if x.shape[-1] != y.shape[-2]:
+        raise SimTypeError(f"ct.mma: inner dims differ: {x.shape} @ {y.shape}")
+    out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
+    if acc.shape != out_shape:
+        raise SimTypeError(f"ct.mma: accumulator shape {acc.shape} != result shape {out_shape}")
+    return Tile(current().model.mma(x.v, y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype)
+
+
+def matmul(x, y, /):
+    x, y = as_tile(x), as_tile(y)
+    dt = dtypes.promote(x.dtype, y.dtype)
+    acc_dt = ct.float32 if dt in (ct.float16, ct.bfloat16) else dt
+    out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
+    acc = full(out_shape, 0, acc_dt)
+    r = mma(astype(x, dt), astype(y, dt), acc)
+    return astype(r, dt)
+
+
+# ---------------------------------------------------------------------------------------
+# debugging
+
+def printf(format, *args):
+    ctx = current()
+    for lane in range(ctx.lanes):
+        vals = tuple(_lane_py(a, lane) for a in args)
+        builtins.print(f"[block {ctx.block_of(lane)}] " + (format % vals), end="")
+
+
+def print(*args, sep=" ", end="\n"):
+    ctx = current()
+    for lane in range(ctx.lanes):
+        builtins.print(f"[block {ctx.block_of(lane)}]", *(_lane_py(a, lane) for a in args),
+                       sep=sep, end=end)
+
+
+def _lane_py(a, lane):
+    if isinstance(a, Tile):
+        v = a.v[builtins.min(lane, a.v.shape[0] - 1)]
+        return v.item() if v.ndim == 0 else v.tolist()
+    return a
+
+
+def assert_(cond, /, message=None):
+    c = as_tile(cond)
+    bad = ~np.asarray(c.v, bool).reshape(c.v.shape[0], -1).all(axis=1)
+    if bad.any():
+        from .errors import SimulationError
+        ctx = current()
+        lane = int(np.argmax(bad))
+        raise SimulationError(f"ct.assert_ failed in block {ctx.block_of(lane)} at "
+                              f"{ctx.kernel_line()}: {message or ''}")
+
+
+# python builtins the cuTile compiler treats specially inside kernels
+def builtin_max(*args, **kw):
+    if len(args) >= 2 and builtins.any(isinstance(a, Tile) for a in args):
+        r = args[0]
+        for a in args[1:]:
+            r = maximum(r, a)
+        return r
+    return builtins.max(*args, **kw)
+
+
+def builtin_min(*args, **kw):
+    if len(args) >= 2 and builtins.any(isinstance(a, Tile) for a in args):
+        r = args[0]
+        for a in args[1:]:
+            r = minimum(r, a)
+        return r
+    return builtins.min(*args, **kw)

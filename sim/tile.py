@@ -1,0 +1,288 @@
+"""The simulator's tile value.
+
+A `Tile` holds one value per *lane*: the simulator runs a group of blocks in lock-step, one
+lane per block, so every tile carries a leading lane axis. `v.shape == (lanes, *shape)`, or
+`(1, *shape)` when the value is the same in every block (numpy broadcasting does the rest).
+Python-level decisions (`if`, `range(n)`, `bool()`) on a value that differs between lanes
+raise `Divergence`; the launcher then splits the group and re-runs each part, so kernels
+with block-dependent control flow still run block-exactly.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import cuda.tile as ct
+
+from . import dtypes
+from .errors import Divergence, SimNotSupported, SimTypeError
+from .context import current
+
+
+class Tile:
+    __slots__ = ("v", "dtype", "share")
+    __hash__ = None  # elementwise __eq__
+
+    def __init__(self, v: np.ndarray, dtype, share=None):
+        self.v = v
+        self.dtype = dtype
+        # share: (lane -> unique id, representative lane per id) when lanes hold equal
+        # values (e.g. one K tile loaded by every query block of a head). Only a speed
+        # hint for mma, kept by pure views (reshape/permute); any arithmetic drops it.
+        self.share = share
+
+    # -- shape ---------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.v.shape[1:])
+
+    @property
+    def ndim(self) -> int:
+        return self.v.ndim - 1
+
+    def __repr__(self):
+        lanes = self.v.shape[0]
+        return f"Tile(shape={self.shape}, dtype={self.dtype.name}, lanes={lanes})"
+
+    # -- python-level decisions (uniform across lanes or Divergence) ----------------------
+    def _uniform_scalar(self, what: str):
+        if self.shape != ():
+            raise SimTypeError(f"{what} of a tile with shape {self.shape}: only scalars (0-d) "
+                               "can steer python control flow")
+        v = self.v
+        if v.shape[0] > 1 and not (v == v[0]).all():
+            raise Divergence(v, what)
+        return v[0].item()
+
+    def __bool__(self):
+        return bool(self._uniform_scalar("bool()"))
+
+    def __index__(self):
+        if not dtypes.is_int(self.dtype) and self.dtype != ct.bool_:
+            raise SimTypeError(f"cannot use a {self.dtype.name} tile as an integer")
+        return int(self._uniform_scalar("integer use (range/index)"))
+
+    __int__ = __index__
+
+    def __float__(self):
+        return float(self._uniform_scalar("float()"))
+
+    def item(self):
+        if self.shape != () and int(np.prod(self.shape)) != 1:
+            raise SimTypeError(f"item() on a tile of shape {self.shape}")
+        return Tile(self.v.reshape(self.v.shape[0]), self.dtype)
+
+    # -- views ---------------------------------------------------------------------------
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) != int(np.prod(self.shape)):
+            raise SimTypeError(f"cannot reshape tile of shape {self.shape} to {shape}")
+        return Tile(self.v.reshape((self.v.shape[0],) + shape), self.dtype, self.share)
+
+    def permute(self, axes):
+        axes = tuple(int(a) % self.ndim for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise SimTypeError(f"permute: {axes} is not a permutation of {self.ndim} axes")
+        return Tile(self.v.transpose((0,) + tuple(a + 1 for a in axes)), self.dtype, self.share)
+
+    def transpose(self, axis0=None, axis1=None):
+        if axis0 is None and axis1 is None:
+            if self.ndim != 2:
+                raise SimTypeError("transpose() without axes needs a 2-D tile")
+            axis0, axis1 = 0, 1
+        axes = list(range(self.ndim))
+        a0, a1 = int(axis0) % self.ndim, int(axis1) % self.ndim
+        axes[a0], axes[a1] = axes[a1], axes[a0]
+        return self.permute(axes)
+
+    def astype(self, dtype, *, rounding_mode=None):
+        from .ops import astype
+        return astype(self, dtype, rounding_mode=rounding_mode)
+
+    def __getitem__(self, index):
+        if not isinstance(index, tuple):
+            index = (index,)
+        norm = []
+        for ix in index:
+            if ix is None or ix is Ellipsis or (isinstance(ix, slice) and ix == slice(None)):
+                norm.append(ix)
+            else:
+                raise SimNotSupported(f"tile indexing with {ix!r}: only ':', None and ... "
+                                      "are supported by the simulator")
+        return Tile(self.v[(slice(None),) + tuple(norm)], self.dtype)
+
+    # -- arithmetic ------------------------------------------------------------------------
+    def __add__(self, o): return binary("add", self, o)
+    def __radd__(self, o): return binary("add", o, self)
+    def __sub__(self, o): return binary("sub", self, o)
+    def __rsub__(self, o): return binary("sub", o, self)
+    def __mul__(self, o): return binary("mul", self, o)
+    def __rmul__(self, o): return binary("mul", o, self)
+    def __truediv__(self, o): return binary("truediv", self, o)
+    def __rtruediv__(self, o): return binary("truediv", o, self)
+    def __floordiv__(self, o): return binary("floordiv", self, o)
+    def __rfloordiv__(self, o): return binary("floordiv", o, self)
+    def __mod__(self, o): return binary("mod", self, o)
+    def __rmod__(self, o): return binary("mod", o, self)
+    def __pow__(self, o): return binary("pow", self, o)
+    def __rpow__(self, o): return binary("pow", o, self)
+    def __and__(self, o): return binary("and", self, o)
+    def __rand__(self, o): return binary("and", o, self)
+    def __or__(self, o): return binary("or", self, o)
+    def __ror__(self, o): return binary("or", o, self)
+    def __xor__(self, o): return binary("xor", self, o)
+    def __rxor__(self, o): return binary("xor", o, self)
+    def __lshift__(self, o): return binary("lshift", self, o)
+    def __rlshift__(self, o): return binary("lshift", o, self)
+    def __rshift__(self, o): return binary("rshift", self, o)
+    def __rrshift__(self, o): return binary("rshift", o, self)
+    def __lt__(self, o): return binary("lt", self, o)
+    def __le__(self, o): return binary("le", self, o)
+    def __gt__(self, o): return binary("gt", self, o)
+    def __ge__(self, o): return binary("ge", self, o)
+    def __eq__(self, o): return binary("eq", self, o)
+    def __ne__(self, o): return binary("ne", self, o)
+
+    def __matmul__(self, o):
+        from .ops import matmul
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        from .ops import matmul
+        return matmul(o, self)
+
+    def __neg__(self):
+        if self.dtype == ct.bool_:
+            raise SimTypeError("negation of a bool tile")
+        return Tile(np.negative(self.v), self.dtype)
+
+    def __invert__(self):
+        if self.dtype == ct.bool_:
+            return Tile(np.logical_not(self.v), self.dtype)
+        if not dtypes.is_int(self.dtype):
+            raise SimTypeError(f"~ on a {self.dtype.name} tile")
+        return Tile(np.invert(self.v), self.dtype)
+
+    def __abs__(self):
+        return Tile(np.abs(self.v), self.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# operands and promotion
+
+def is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float, np.generic))
+
+
+def operand_dtype(x):
+    """dtype of a typed operand, or None for a python constant (loosely typed)."""
+    if isinstance(x, Tile):
+        return x.dtype
+    if isinstance(x, np.generic):
+        return dtypes.from_numpy(x.dtype)
+    if isinstance(x, (bool, int, float)):
+        return None
+    raise SimTypeError(f"unsupported operand {x!r} of type {type(x).__name__}")
+
+
+def result_dtype(a, b, force_float=False):
+    da, db = operand_dtype(a), operand_dtype(b)
+    if da is None and db is None:
+        dt = dtypes.promote(dtypes.loose_default(a), dtypes.loose_default(b))
+    elif da is None:
+        dt = dtypes.loose_dtype(a, db)
+    elif db is None:
+        dt = dtypes.loose_dtype(b, da)
+    else:
+        dt = dtypes.promote(da, db)
+    if force_float and not dtypes.is_float(dt):
+        dt = ct.float32
+    return dt
+
+
+def lane_array(x, dtype, ndim: int) -> np.ndarray:
+    """x as a storage array of `dtype` with a lane axis and `ndim` tile axes."""
+    st = dtypes.storage(dtype)
+    if isinstance(x, Tile):
+        v = x.v
+        if x.dtype != dtype:
+            v = current().model.round_to(v, dtype) if dtypes.is_float(dtype) else v.astype(st)
+        if x.ndim < ndim:
+            v = v.reshape((v.shape[0],) + (1,) * (ndim - x.ndim) + x.shape)
+        return v
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f" and dtypes.is_float(dtype):
+        arr = current().model.round_to(arr.astype(np.float64), dtype)
+    else:
+        arr = arr.astype(st)
+    return arr.reshape((1,) * (ndim + 1))
+
+
+def as_tile(x, dtype=None) -> Tile:
+    if isinstance(x, Tile) and (dtype is None or x.dtype == dtype):
+        return x
+    if dtype is None:
+        dtype = operand_dtype(x) or dtypes.loose_default(x)
+    nd = x.ndim if isinstance(x, Tile) else 0
+    return Tile(lane_array(x, dtype, nd), dtype)
+
+
+_ARITH = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply,
+    "floordiv": np.floor_divide, "mod": np.mod,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "lshift": np.left_shift, "rshift": np.right_shift,
+}
+_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
+
+
+def binary(op: str, a, b, **kw):
+    """Elementwise binary op with cuTile promotion and broadcasting."""
+    if not isinstance(a, Tile) and not isinstance(b, Tile):
+        # two scalars: python/numpy semantics are what cuTile's constant folding does
+        return _SCALAR_OPS[op](a, b)
+    ndim = max(x.ndim for x in (a, b) if isinstance(x, Tile))
+    if op in _CMP:
+        dt = result_dtype(a, b)
+        av, bv = lane_array(a, dt, ndim), lane_array(b, dt, ndim)
+        _check_broadcast(av, bv)
+        return Tile(_CMP[op](av, bv), ct.bool_)
+    if op == "truediv":
+        from .ops import truediv
+        return truediv(a, b, **kw)
+    dt = result_dtype(a, b)
+    if op in ("and", "or", "xor", "lshift", "rshift") and dtypes.is_float(dt):
+        raise SimTypeError(f"bitwise '{op}' on {dt.name} operands")
+    av, bv = lane_array(a, dt, ndim), lane_array(b, dt, ndim)
+    _check_broadcast(av, bv)
+    if op == "pow":
+        model = current().model
+        with np.errstate(all="ignore"):
+            if dtypes.is_float(dt):
+                return Tile(model.round_to(np.power(av.astype(np.float64), bv), dt), dt)
+            return Tile(np.power(av, bv), dt)
+    with np.errstate(all="ignore"):
+        r = _ARITH[op](av, bv)
+    if dt == ct.bfloat16:
+        # float32 arithmetic on bf16 values then one RNE rounding: exact for + - * (p >= 2q+2)
+        r = current().model.round_to(r, dt)
+    return Tile(r, dt)
+
+
+def _check_broadcast(av, bv):
+    for x, y in zip(av.shape[1:], bv.shape[1:]):
+        if x != y and x != 1 and y != 1:
+            raise SimTypeError(f"shapes {av.shape[1:]} and {bv.shape[1:]} are not broadcastable")
+
+
+_SCALAR_OPS = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod,
+    "pow": operator.pow, "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+    "lshift": operator.lshift, "rshift": operator.rshift,
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "eq": operator.eq, "ne": operator.ne,
+}
