@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The CPU loop, as a newcomer runs it from the README: install, `spak sim`, the tests.
+# Needs no GPU and no CUDA compiler. Run from anywhere; works in the repo root.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+python=${PYTHON:-python3}
+if [[ -z "${VIRTUAL_ENV:-}" ]]; then        # a fresh machine: make our own venv
+  "$python" -m venv .venv
+  # shellcheck disable=SC1091
+  source .venv/bin/activate
+fi
+python --version
+
+echo "== install (README set-up, command 1)"
+python -m pip install -e ".[test]"
+
+echo "== spak sim (README set-up, command 2)"
+sim_rc=0
+time spak sim || sim_rc=$?           # a failed gate still lets the tests run and report
+
+echo "== tests (the README's test command)"
+time python -m pytest -q
+
+exit "$sim_rc"

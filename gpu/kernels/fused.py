@@ -1,0 +1,167 @@
+"""Fused FMHA forward (recipe step 3): one pass over K/V with an online softmax.
+
+    O = softmax(Q K^T * scale + M) V
+
+Layouts: Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], Out [B, Hq, Sq, Dv]
+(fp16 or bf16, last dim contiguous); Mask float32 [MB, MH, Sq, Sk], MB in {1, B},
+MH in {1, Hq} (a (1,1,1,1) dummy when HAS_MASK is False; it is then never read).
+
+Grid: (cdiv(Sq, TILE_M), B * Hq, 1). Block (i, bh) owns query rows
+[i*TILE_M, (i+1)*TILE_M) of head bh and walks the key tiles left to right keeping, per row,
+the running max m (base-2 log domain), the running sum l and the unnormalised output acc,
+all in float32.
+
+Causal convention (bottom-right): query i may attend key j iff j <= i + (Sk - Sq).
+Rows that can attend no key (Sq > Sk, or a mask row of all -inf) produce exact zeros.
+
+Read top to bottom: constants and entry point, then the per-block implementation, then
+the one-key-tile step of the online softmax.
+"""
+import cuda.tile as ct
+
+from .common import LOG2E, NEG_INF
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+
+
+# --------------------------------------------------------------------------------------
+# Entry point: block ids -> coordinates, then the body. Kept small on purpose.
+# --------------------------------------------------------------------------------------
+@ct.kernel
+def fmha_fwd_kernel(Q, K, V, Out, Mask,
+                    scale: float,            # softmax scale (float32 on the GPU), > 0
+                    HEAD_DIM: ConstInt,      # tile width of D (power of two >= Q's D)
+                    HEAD_DIM_V: ConstInt,    # tile width of Dv (power of two >= V's Dv)
+                    TILE_M: ConstInt,        # query rows per block
+                    TILE_N: ConstInt,        # keys per inner-loop step
+                    CAUSAL: ConstBool,
+                    HAS_MASK: ConstBool):
+    bid_m = ct.bid(0)
+    b, h, kv_h = _head_coords(ct.bid(1), Q, K)
+    _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+
+
+def _head_coords(bid_bh, Q, K):
+    """(batch, query head, kv head) of the flattened B*Hq block index.
+
+    Head counts are read from the array shapes at run time rather than passed as
+    Constants, so one compiled variant serves every head count and GQA group size.
+    GQA/MQA: query head h reads kv head h // (Hq // Hkv).
+    """
+    num_q_heads = Q.shape[1]
+    group = num_q_heads // K.shape[1]
+    h = bid_bh % num_q_heads
+    return bid_bh // num_q_heads, h, h // group
+
+
+# --------------------------------------------------------------------------------------
+# One block: load Q once, stream K/V tiles, normalise, store.
+# --------------------------------------------------------------------------------------
+def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+    seq_q = Q.shape[2]
+    seq_k = K.shape[2]
+    # Bottom-right causal alignment: row i sees keys j <= i + diag.
+    diag = seq_k - seq_q
+
+    # scale and log2(e) folded into one multiplier, applied to raw Q K^T scores.
+    # Because scale > 0 (the host checks), the row max can be taken on the raw scores
+    # and scaled afterwards: one multiply per row instead of one per score.
+    qk_scale_log2 = scale * LOG2E
+    # An additive mask M is brought into raw-score units (M / scale) so that one
+    # multiply by qk_scale_log2 still yields (QK^T*scale + M) * log2(e).
+    inv_scale = 1.0 / scale
+
+    # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
+    # (they are computed harmlessly and dropped by the bounds-checked store).
+    q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
+
+    # Absolute query positions shifted onto the key axis: key j visible iff j <= q_pos.
+    q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]  # [TM, 1]
+    key_offs = ct.arange(TILE_N, dtype=ct.int32)[None, :]                          # [1, TN]
+
+    # ---- which key tiles to visit -----------------------------------------------------
+    # kv_end: one past the last key any row of this block may see.
+    # mask_from: first key tile that needs the element-wise test (the diagonal band in
+    # causal mode, or the ragged last tile when Sk % TILE_N != 0). Tiles before it are
+    # full interior tiles: no index arithmetic, no selects.
+    if CAUSAL:
+        last_row = min((bid_m + 1) * TILE_M, seq_q) - 1
+        kv_end = max(min(seq_k, last_row + diag + 1), 0)   # 0 when the block sees nothing
+        first_row_sees = max(bid_m * TILE_M + diag + 1, 0)  # keys [0, this) seen by all rows
+        mask_from = min(first_row_sees // TILE_N, seq_k // TILE_N)
+    else:
+        kv_end = seq_k
+        mask_from = seq_k // TILE_N
+    num_tiles = ct.cdiv(kv_end, TILE_N)
+
+    if HAS_MASK:
+        # MB/MH are 1 (broadcast) or full: min() picks index 0 when broadcast.
+        mask_b = min(b, Mask.shape[0] - 1)
+        mask_h = min(h, Mask.shape[1] - 1)
+
+    # ---- online softmax state (float32) -----------------------------------------------
+    m_i = ct.full((TILE_M, 1), NEG_INF, dtype=ct.float32)   # running max, log2 units
+    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)       # running sum of exp2
+    acc = ct.full((TILE_M, HEAD_DIM_V), 0.0, dtype=ct.float32)
+
+    for j in range(0, num_tiles):
+        # S = Q K^T for this key tile, float32 accumulation on the tensor cores.
+        k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
+                      order=(0, 1, 3, 2),            # K^T via the load's axis order
+                      padding_mode=ct.PaddingMode.ZERO).reshape((HEAD_DIM, TILE_N))
+        qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+        qk = ct.mma(q, k_t, qk)
+
+        if HAS_MASK:
+            m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
+                             shape=(1, 1, TILE_M, TILE_N),
+                             padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_N))
+            qk = qk + m_tile * inv_scale
+
+        if j >= mask_from:
+            # Boundary tile only: keys past Sk (ragged end) and, if causal, keys right of
+            # the diagonal get -inf, i.e. probability exactly 0.
+            key_pos = j * TILE_N + key_offs                 # [1, TN]
+            keep = key_pos < seq_k
+            if CAUSAL:
+                keep = keep & (key_pos <= q_pos)            # [TM, TN]
+            qk = ct.where(keep, qk, NEG_INF)
+
+        m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
+                                             qk_scale_log2, TILE_N, HEAD_DIM_V, Q.dtype)
+
+    # ---- normalise and store ----------------------------------------------------------
+    # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
+    has_keys = l_i > 0.0
+    l_safe = ct.where(has_keys, l_i, 1.0)
+    out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
+    out = ct.where(has_keys, out, 0.0)
+    out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
+    ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
+
+
+def _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j, qk_scale_log2,
+                         TILE_N, HEAD_DIM_V, in_dtype):
+    """Fold one key tile of raw scores ``qk`` [TM, TN] into (m_i, l_i, acc)."""
+    # New running max in log2 units (valid because qk_scale_log2 > 0).
+    m_new = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale_log2)
+    # A row with every key masked so far has m_new == -inf; subtracting it would give
+    # exp2(-inf - -inf) = NaN. Subtract 0 instead: its scores are -inf, so p == 0.
+    m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
+
+    p = ct.exp2(qk * qk_scale_log2 - m_safe, flush_to_zero=True)       # [TM, TN]
+    alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)                   # rescale old state
+    l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
+
+    # P V on the tensor cores: P rounded to the input dtype, accumulation stays float32.
+    # Keys past Sk load as zero rows of V (and have p == 0), so they add exactly 0.
+    v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM_V))
+    acc = ct.mma(p.astype(in_dtype), v, acc * alpha)
+    # Keep the true max (possibly -inf), not m_safe: a later finite tile must rescale
+    # against its own max, not against the placeholder 0.
+    return m_new, l_i, acc

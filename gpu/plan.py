@@ -1,0 +1,260 @@
+"""Host-side launch plans for the FMHA kernels: framework-agnostic.
+
+``plan_fmha`` validates the inputs and returns the kernel launches (kernel, grid, args)
+that compute ``out = softmax(q k^T * scale + mask) v``. It never launches anything and
+never imports torch: the arrays only need ``.shape`` and ``.dtype`` (numpy arrays and
+sim.SimArray for the CPU simulator, torch tensors for cuTile on a GPU). The caller
+(sim.launch or gpu/launch.py) runs the launches in order.
+
+The caller passes arrays already 4D and contiguous, the mask already float32 and
+expanded to [MB, MH, Sq, Sk] with MB in {1, B} and MH in {1, Hq}.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .kernels import fused as _fused
+from .kernels import naive as _naive
+
+KERNELS = ("fused", "naive")
+INPUT_DTYPES = ("float16", "bfloat16")
+MAX_HEAD_DIM = 256
+MIN_TILE, MAX_TILE = 16, 256
+
+#: Launch names, in launch order, per kernel.
+LAUNCH_NAMES = {
+    "fused": ("fused",),
+    "naive": ("naive.scores", "naive.softmax", "naive.pv"),
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: object                 # a @ct.kernel
+    grid: tuple[int, int, int]
+    args: tuple                    # arrays, python float scale, python int/bool Constants
+    name: str
+
+
+# --------------------------------------------------------------------------------------
+# Tiles
+# --------------------------------------------------------------------------------------
+def default_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
+    """Default {"TILE_M", "TILE_N"} for a head dim and a target ("sm_90", "sm_120", ...).
+
+    sm_90 (H100/H200): TILE_M=64 always; TILE_N=64 up to D=64 and 128 for D=128 — the best
+    tiles measured on this project's H200/H100 for a cuTile FA2-style kernel (DESIGN.md:
+    64x64 at D=64, 64x128 at D=128, 128x128 was not better). For D=256 the [64, 256]
+    float32 accumulator plus K/V tiles is already large, so TILE_N drops back to 64.
+    Other archs (sm_80/86/89/120: smaller shared memory, no wgmma): 64x64 up to D=128,
+    64x32 for D=256. Untuned guesses until the sweeper measures them.
+    """
+    d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
+    if arch == "sm_90" or arch.startswith("sm_10"):
+        tile_n = 128 if d == 128 else 64
+    else:
+        tile_n = 32 if d > 128 else 64
+    return {"TILE_M": 64, "TILE_N": tile_n}
+
+
+def _tile_width(n: int) -> int:
+    """Power-of-two tile extent covering n (at least 16: the tensor-core K minimum)."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
+# --------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------
+def plan_fmha(kernel_name: str, q, k, v, out, *,
+              mask=None,
+              causal: bool = False,
+              scale: Optional[float] = None,
+              tiles: Optional[dict] = None,
+              alloc: Optional[Callable[[tuple, str], Any]] = None) -> list[Launch]:
+    """Launches computing ``out = softmax(q k^T * scale + mask) v``.
+
+    q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], out [B, Hq, Sq, Dv],
+    fp16 or bf16 (all the same); Hq a multiple of Hkv (GQA); D, Dv <= 256 (powers of two
+    are the efficient case; others are padded with zeros inside the tiles).
+    mask: None or a float32 [MB, MH, Sq, Sk] additive mask, MB in {1, B}, MH in {1, Hq}.
+    causal: bottom-right aligned (query i sees key j iff j <= i + Sk - Sq).
+    scale: default 1/sqrt(D); must be finite and > 0.
+    tiles: {"TILE_M": .., "TILE_N": ..}, powers of two in [16, 256]; default
+    ``default_tiles(D)``.
+    alloc(shape, kind), kind "float32" or "input" (q's dtype): makes the workspaces
+    (naive's S and P, and the (1,1,1,1) dummy mask when mask is None). May be omitted
+    when q is a numpy array.
+
+    Returns [] when there is nothing to compute (Sq, B or Hq is 0). When Sk is 0 the
+    kernels write zeros.
+    """
+    if kernel_name not in KERNELS:
+        raise ValueError(f"kernel_name must be one of {KERNELS}, got {kernel_name!r}")
+    B, Hq, Sq, D, Hkv, Sk, Dv = _check_qkvo(q, k, v, out)
+    dtype = _dtype_name(q)
+    causal = _check_bool("causal", causal)
+    scale = _check_scale(scale, D)
+    tm, tn = _check_tiles(tiles, D)
+    has_mask = mask is not None
+    if has_mask:
+        _check_mask(mask, B, Hq, Sq, Sk)
+
+    if B * Hq * Sq == 0:
+        return []
+    alloc = _resolve_alloc(alloc, q, dtype)
+    if not has_mask:
+        mask = alloc((1, 1, 1, 1), "float32")     # never read: HAS_MASK=False
+
+    head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
+    m_tiles = _cdiv(Sq, tm)
+    if kernel_name == "fused":
+        return [Launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
+                       (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
+                        causal, has_mask), "fused")]
+
+    # naive: S (float32) and P (input dtype) workspaces through global memory.
+    s = alloc((B, Hq, Sq, Sk), "float32")
+    p = alloc((B, Hq, Sq, Sk), "input")
+    launches = []
+    if Sk > 0:   # with no keys, S and P are empty and P V writes zeros on its own
+        launches.append(Launch(_naive.naive_scores_kernel, (m_tiles, _cdiv(Sk, tn), B * Hq),
+                               (q, k, mask, s, scale, head_dim, tm, tn, causal, has_mask),
+                               "naive.scores"))
+        launches.append(Launch(_naive.naive_softmax_kernel, (m_tiles, B * Hq, 1),
+                               (s, p, tm, tn), "naive.softmax"))
+    launches.append(Launch(_naive.naive_pv_kernel, (m_tiles, B * Hq, 1),
+                           (p, v, out, head_dim_v, tm, tn), "naive.pv"))
+    return launches
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+def _shape(name: str, x) -> tuple[int, ...]:
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise TypeError(f"{name} must be an array with a .shape, got {type(x).__name__}")
+    return tuple(int(n) for n in shape)
+
+
+def _dtype_name(x) -> str:
+    """'float16', 'bfloat16', 'float32', ... from a numpy, torch or cuTile dtype."""
+    dt = getattr(x, "dtype", None)
+    name = getattr(dt, "name", None)            # numpy dtype, cuTile DType
+    if not isinstance(name, str):
+        name = str(dt)                          # torch.float16 -> 'torch.float16'
+    return name.rsplit(".", 1)[-1]
+
+
+def _check_qkvo(q, k, v, out):
+    shapes = {}
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        shapes[name] = _shape(name, x)
+        if len(shapes[name]) != 4:
+            raise ValueError(f"{name} must be 4D [batch, heads, seq, head_dim], "
+                             f"got shape {shapes[name]}")
+    B, Hq, Sq, D = shapes["q"]
+    Bk, Hkv, Sk, Dk = shapes["k"]
+    Bv, Hv, Sv, Dv = shapes["v"]
+    if Bk != B or Bv != B:
+        raise ValueError(f"batch sizes differ: q {B}, k {Bk}, v {Bv}")
+    if Hv != Hkv:
+        raise ValueError(f"k and v must have the same number of heads, got {Hkv} and {Hv}")
+    if Hkv == 0 and Hq != 0 or Hkv != 0 and Hq % Hkv != 0:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv}) (GQA)")
+    if Sv != Sk:
+        raise ValueError(f"k and v must have the same sequence length, got {Sk} and {Sv}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head dim, got {D} and {Dk}")
+    for name, d in (("q/k head dim", D), ("v head dim", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    if shapes["out"] != (B, Hq, Sq, Dv):
+        raise ValueError(f"out must have shape {(B, Hq, Sq, Dv)} [B, Hq, Sq, Dv], "
+                         f"got {shapes['out']}")
+    names = {n: _dtype_name(x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out))}
+    if names["q"] not in INPUT_DTYPES:
+        raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
+    for n in ("k", "v", "out"):
+        if names[n] != names["q"]:
+            raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+    return B, Hq, Sq, D, Hkv, Sk, Dv
+
+
+def _check_mask(mask, B, Hq, Sq, Sk):
+    shape = _shape("mask", mask)
+    if (len(shape) != 4 or shape[0] not in (1, B) or shape[1] not in (1, Hq)
+            or shape[2:] != (Sq, Sk)):
+        raise ValueError(f"mask must have shape [MB, MH, Sq, Sk] with MB in {{1, {B}}}, "
+                         f"MH in {{1, {Hq}}}, Sq={Sq}, Sk={Sk}; got {shape}")
+    name = _dtype_name(mask)
+    if name != "float32":
+        raise TypeError(f"mask dtype must be float32, got {name}")
+
+
+def _check_bool(name, value) -> bool:
+    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _check_int(name, value, lo, hi) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _check_scale(scale, head_dim) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool):
+        raise TypeError(f"scale must be a float, got {scale!r}")
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"scale must be a float, got {scale!r}") from None
+    # > 0: the kernels take the row max of the raw scores before scaling.
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+    return value
+
+
+def _check_tiles(tiles, head_dim) -> tuple[int, int]:
+    t = default_tiles(head_dim)
+    if tiles is not None:
+        if not isinstance(tiles, dict):
+            raise TypeError(f"tiles must be a dict with TILE_M and TILE_N, got {tiles!r}")
+        unknown = set(tiles) - {"TILE_M", "TILE_N"}
+        if unknown:
+            raise ValueError(f"tiles: unknown keys {sorted(unknown)}; "
+                             f"accepted: TILE_M, TILE_N")
+        t.update(tiles)
+    for key in ("TILE_M", "TILE_N"):
+        n = _check_int(f"tiles[{key!r}]", t[key], MIN_TILE, MAX_TILE)
+        if n & (n - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+    return int(t["TILE_M"]), int(t["TILE_N"])
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _resolve_alloc(alloc, q, dtype):
+    if alloc is not None:
+        if not callable(alloc):
+            raise TypeError(f"alloc must be callable(shape, kind), got {alloc!r}")
+        return alloc
+    import numpy as np
+    if type(q) is not np.ndarray:
+        raise ValueError("alloc(shape, kind) is required unless q is a numpy array "
+                         f"(q is {type(q).__name__}, dtype {dtype})")
+
+    def numpy_alloc(shape, kind):
+        return np.zeros(shape, dtype=np.float32 if kind == "float32" else q.dtype)
+    return numpy_alloc

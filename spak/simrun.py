@@ -1,0 +1,86 @@
+"""Run one FMHA problem through the CPU simulator and check it against float64.
+
+problem spec -> inputs -> gpu.plan launches -> sim.launch each -> compare with
+spak.reference.attention_f64. This is the CPU loop's unit of work (`spak sim`, tests).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import cuda.tile as ct
+
+import sim
+from gpu.plan import plan_fmha
+from spak.metrics import gate_for, max_abs, nonfinite_count, passes_gate, rel_l2
+from spak.problems import ProblemSpec, make_inputs
+from spak.reference import attention_f64
+
+_CT_DTYPE = {"fp16": ct.float16, "bf16": ct.bfloat16}
+
+
+def tiles_dict(tiles) -> dict | None:
+    """Accept None, (M, N) or {"TILE_M": M, "TILE_N": N}."""
+    if tiles is None or isinstance(tiles, dict):
+        return tiles
+    m, n = tiles
+    return {"TILE_M": int(m), "TILE_N": int(n)}
+
+
+def kernel_mask(mask: np.ndarray | None, B: int, Hq: int, Sq: int, Sk: int) -> np.ndarray | None:
+    """The mask as the kernels take it: float32 [MB, MH, Sq, Sk], MB in {1,B}, MH in {1,Hq}.
+
+    A bool mask (True = attend, SDPA's convention) becomes 0 / -inf. Batch and head
+    broadcasts stay size 1 (the kernel indexes block 0); Sq and Sk are materialised.
+    """
+    if mask is None:
+        return None
+    m = np.asarray(mask)
+    if m.dtype == np.bool_:
+        m = np.where(m, np.float32(0), np.float32(-np.inf))
+    m = m.astype(np.float32).reshape((1,) * (4 - m.ndim) + m.shape)
+    mb = B if m.shape[0] == B else 1
+    mh = Hq if m.shape[1] == Hq else 1
+    return np.ascontiguousarray(np.broadcast_to(m, (mb, mh, Sq, Sk)))
+
+
+def simulate_fmha(kernel_name: str, q, k, v, *, mask=None, causal=False, scale=None,
+                  tiles=None, model="sm_90", dtype="fp16") -> tuple[np.ndarray, list]:
+    """Run the kernel's launches in the simulator; returns (out, launch reports).
+
+    q/k/v: float16 arrays, or float32 arrays holding bf16 values with dtype="bf16".
+    """
+    ctd = _CT_DTYPE[dtype]
+    Q, K, V = (sim.SimArray(np.ascontiguousarray(x), ctd, name=n) for x, n in ((q, "Q"), (k, "K"), (v, "V")))
+    B, Hq, Sq, _ = q.shape
+    Sk, Dv = k.shape[2], v.shape[3]
+    # poison the output: an element no block writes stays NaN (and the checker says so)
+    out = sim.SimArray(np.full((B, Hq, Sq, Dv), np.nan, Q.data.dtype), ctd, name="Out")
+    km = kernel_mask(mask, B, Hq, Sq, Sk)
+
+    def alloc(shape, kind):
+        if kind == "input":
+            return sim.SimArray(np.full(shape, np.nan, Q.data.dtype), ctd)
+        return np.full(shape, np.nan, np.float32)
+
+    launches = plan_fmha(kernel_name, Q, K, V, out, mask=km, causal=causal, scale=scale,
+                         tiles=tiles_dict(tiles), alloc=alloc)
+    reports = [sim.launch(L.kernel, L.grid, L.args, model=model) for L in launches]
+    return out.data, reports
+
+
+def run_case(kernel_name: str, spec: ProblemSpec, *, tiles=None, model="sm_90", seed=0) -> dict:
+    """One row of `spak sim`'s table: errors vs float64, NaN/Inf count, simulated seconds."""
+    inp = make_inputs(spec, seed)
+    t0 = time.perf_counter()
+    out, reports = simulate_fmha(kernel_name, inp.q, inp.k, inp.v, mask=inp.mask,
+                                 causal=spec.causal, tiles=tiles, model=model, dtype=spec.dtype)
+    seconds = time.perf_counter() - t0
+    ref = attention_f64(inp.q, inp.k, inp.v, mask=inp.mask, causal=spec.causal)
+    rel, nonfinite = rel_l2(out, ref), nonfinite_count(out)
+    return {"kernel": kernel_name, "shape": spec.display, "causal": spec.causal,
+            "dtype": spec.dtype, "rel_l2": rel, "max_abs": max_abs(out, ref),
+            "nonfinite": nonfinite, "seconds": seconds, "gate": gate_for(spec.dtype),
+            "passed": passes_gate(rel, nonfinite, spec.dtype), "error": None,
+            "launches": [{"kernel": r.kernel, "grid": list(r.grid), "groups": r.groups,
+                          "splits": r.splits, "seconds": r.seconds} for r in reports]}

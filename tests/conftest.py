@@ -1,0 +1,42 @@
+"""Shared test set-up: hypothesis profiles, GPU skipping, seeded random inputs."""
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+# No per-example deadline: the first example of a numba-backed test compiles.
+settings.register_profile("ci", deadline=None, max_examples=50,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, max_examples=10)
+settings.register_profile("thorough", deadline=None, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _has_cuda_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 -- a broken driver means "no usable GPU"
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any("gpu" in item.keywords for item in items) or _has_cuda_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the test's id: fresh, non-zero data, reproducible per test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
