@@ -194,8 +194,12 @@ class NumericModel:
 
         def part(g):
             idx = np.flatnonzero(inverse == g)
-            x = a[idx].reshape(-1, k).astype(np.float64)
-            r = (x @ b[reps[g]].astype(np.float64)).reshape(len(idx), m, -1)
+            if idx[-1] - idx[0] + 1 == len(idx):        # the usual case: a run of lanes
+                idx = slice(int(idx[0]), int(idx[-1]) + 1)
+            x = a[idx].reshape(-1, k)
+            if x.dtype != np.float64:
+                x = x.astype(np.float64)
+            r = (x @ b[reps[g]].astype(np.float64)).reshape(-1, m, out.shape[-1])
             r += acc[idx] if acc.shape[0] > 1 else acc
             out[idx] = r
         self._map(part, list(range(len(reps))))

@@ -413,7 +413,14 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
     out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
     if acc.shape != out_shape:
         raise SimTypeError(f"ct.mma: accumulator shape {acc.shape} != result shape {out_shape}")
-    return Tile(current().model.mma(x.v, y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype)
+    return Tile(current().model.mma(_f64(x), y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype)
+
+
+def _f64(t: Tile) -> np.ndarray:
+    """float64 copy of an mma operand, kept on the tile: a Q tile feeds every key step."""
+    if t.f64 is None:
+        t.f64 = t.v.astype(np.float64)
+    return t.f64
 
 
 def matmul(x, y, /):

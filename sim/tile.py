@@ -20,7 +20,7 @@ from .context import current
 
 
 class Tile:
-    __slots__ = ("v", "dtype", "share")
+    __slots__ = ("v", "dtype", "share", "f64")
     __hash__ = None  # elementwise __eq__
 
     def __init__(self, v: np.ndarray, dtype, share=None):
@@ -30,6 +30,7 @@ class Tile:
         # values (e.g. one K tile loaded by every query block of a head). Only a speed
         # hint for mma, kept by pure views (reshape/permute); any arithmetic drops it.
         self.share = share
+        self.f64 = None     # cached float64 values (mma operands reused across a loop)
 
     # -- shape ---------------------------------------------------------------------------
     @property

@@ -1,0 +1,62 @@
+"""Run the FMHA launch plans on a GPU through cuTile, on torch CUDA tensors.
+
+    plan = plan_torch("fused", q, k, v, out, mask=None, causal=True, scale=None, tiles=None)
+    run(plan)                                    # enqueued on torch's current stream
+
+The caller (spak.api.fmha, spak.gpurun) passes tensors already validated, 4D, contiguous,
+on one CUDA device, and the mask already float32 [MB, MH, Sq, Sk] (see gpu.plan). Workspaces
+(naive's S and P, the dummy mask) are allocated with torch on q's device, so they follow
+torch's caching allocator and stream semantics.
+
+torch and cuTile are imported inside the functions: importing ``gpu`` stays cheap.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from .plan import Launch, plan_fmha
+
+__all__ = ["torch_alloc", "plan_torch", "run", "fmha_into"]
+
+
+def torch_alloc(like):
+    """``alloc(shape, kind)`` for plan_fmha: torch.empty on ``like``'s device.
+
+    kind "float32" -> float32, "input" -> like's dtype. Uninitialised on purpose: the
+    kernels write every element they later read (the dummy mask is never read).
+    """
+    import torch
+
+    def alloc(shape, kind):
+        dtype = torch.float32 if kind == "float32" else like.dtype
+        return torch.empty(tuple(int(n) for n in shape), dtype=dtype, device=like.device)
+    return alloc
+
+
+def plan_torch(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
+               scale: Optional[float] = None, tiles: Optional[dict] = None) -> list[Launch]:
+    """gpu.plan.plan_fmha with torch workspaces on q's device."""
+    return plan_fmha(kernel_name, q, k, v, out, mask=mask, causal=causal, scale=scale,
+                     tiles=tiles, alloc=torch_alloc(q))
+
+
+def run(launches: Sequence[Launch], stream=None) -> None:
+    """Enqueue the launches in order on ``stream`` (default: torch's current stream).
+
+    cuTile compiles each kernel variant on its first launch (and caches the cubin);
+    compile errors surface here as cuTile exceptions (spak.gpu_env explains them).
+    """
+    import cuda.tile as ct
+    if stream is None:
+        import torch
+        stream = torch.cuda.current_stream()
+    for L in launches:
+        ct.launch(stream, L.grid, L.kernel, L.args)
+
+
+def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
+              scale: Optional[float] = None, tiles: Optional[dict] = None, stream=None):
+    """Plan and run: ``out`` (preallocated, [B, Hq, Sq, Dv]) receives the attention."""
+    run(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal, scale=scale,
+                   tiles=tiles), stream)
+    return out

@@ -1,0 +1,74 @@
+"""The cuTile kernels compile to cubin for the target GPUs, on a CPU-only machine.
+
+Type-checking by cuTile's front end plus code generation by tileiras, no launch.
+A hand-picked cover of the flag space (each arch, kernel, dtype, head dim, causal and mask
+value appears at least once) keeps the default run near a minute on a 2-core box; set
+SPAK_COMPILE_ALL=1 for the full matrix (2 archs x 2 kernels x 2 dtypes x D 64/128 x
+causal x mask = 64 variants, roughly 15 minutes).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("cuda.tile")
+
+from gpu.compile import TARGET_ARCHS, all_variants, compile_variant, variant_launches  # noqa: E402
+from gpu.plan import LAUNCH_NAMES, default_tiles  # noqa: E402
+
+# (arch, kernel, dtype, head_dim, causal, has_mask) -- default tiles for the arch
+COVER = [
+    ("sm_90", "fused", "float16", 64, True, True),
+    ("sm_90", "fused", "bfloat16", 128, False, False),
+    ("sm_120", "fused", "float16", 128, True, False),
+    ("sm_120", "fused", "bfloat16", 64, False, True),
+    ("sm_90", "naive", "bfloat16", 128, True, True),
+    ("sm_120", "naive", "float16", 64, False, False),
+]
+
+
+def _id(v):
+    arch, kernel, dtype, d, causal, mask = v
+    return f"{arch}-{kernel}-{dtype}-d{d}-{'causal' if causal else 'full'}-{'mask' if mask else 'nomask'}"
+
+
+def _check(result, kernel):
+    assert result["ok"], result["error"]
+    assert result["error"] is None
+    names = [k["name"] for k in result["kernels"]]
+    assert names == list(LAUNCH_NAMES[kernel])
+    assert all(k["cubin_bytes"] > 0 for k in result["kernels"])
+    assert result["cubin_bytes"] == sum(k["cubin_bytes"] for k in result["kernels"])
+
+
+@pytest.mark.parametrize("variant", COVER, ids=_id)
+def test_compiles(variant):
+    arch, kernel, dtype, d, causal, mask = variant
+    r = compile_variant(kernel, arch=arch, dtype=dtype, head_dim=d, causal=causal,
+                        has_mask=mask, tiles=default_tiles(d, arch))
+    _check(r, kernel)
+
+
+@pytest.mark.skipif(os.environ.get("SPAK_COMPILE_ALL") != "1",
+                    reason="full compile matrix: set SPAK_COMPILE_ALL=1")
+@pytest.mark.parametrize("kw", list(all_variants(TARGET_ARCHS)),
+                         ids=lambda kw: _id((kw["arch"], kw["kernel_name"], kw["dtype"],
+                                             kw["head_dim"], kw["causal"], kw["has_mask"])))
+def test_compiles_full_matrix(kw):
+    _check(compile_variant(**kw), kw["kernel_name"])
+
+
+def test_unknown_arch_is_reported_not_raised():
+    r = compile_variant("naive", arch="sm_75", dtype="float16", head_dim=64, causal=False,
+                        has_mask=False, tiles={"TILE_M": 64, "TILE_N": 64})
+    assert not r["ok"]
+    assert "sm_75" in r["error"]
+
+
+def test_signatures_follow_the_plan():
+    # compile.py derives its signatures from plan_fmha; the launch lists must match.
+    for kernel in ("fused", "naive"):
+        launches = variant_launches(kernel, dtype="float16", head_dim=64, causal=True,
+                                    has_mask=True)
+        assert tuple(l.name for l in launches) == LAUNCH_NAMES[kernel]
