@@ -12,8 +12,11 @@ expanded to [MB, MH, Sq, Sk] with MB in {1, B} and MH in {1, Hq}.
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+import cuda.tile as ct
 
 from .kernels import fused as _fused
 from .kernels import naive as _naive
@@ -22,6 +25,9 @@ KERNELS = ("fused", "naive")
 INPUT_DTYPES = ("float16", "bfloat16")
 MAX_HEAD_DIM = 256
 MIN_TILE, MAX_TILE = 16, 256
+#: Arrays with more elements than this get int64 shape/stride/index math: a launch with
+#: int32 indexing refuses a shape or stride past INT32_MAX ("stride is too big").
+INT32_MAX = 2**31 - 1
 
 #: Launch names, in launch order, per kernel.
 LAUNCH_NAMES = {
@@ -110,23 +116,62 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
     m_tiles = _cdiv(Sq, tm)
     if kernel_name == "fused":
-        return [Launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
-                       (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
-                        causal, has_mask), "fused")]
+        return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
+                        (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
+                         causal, has_mask), "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory.
     s = alloc((B, Hq, Sq, Sk), "float32")
     p = alloc((B, Hq, Sq, Sk), "input")
     launches = []
     if Sk > 0:   # with no keys, S and P are empty and P V writes zeros on its own
-        launches.append(Launch(_naive.naive_scores_kernel, (m_tiles, _cdiv(Sk, tn), B * Hq),
-                               (q, k, mask, s, scale, head_dim, tm, tn, causal, has_mask),
-                               "naive.scores"))
-        launches.append(Launch(_naive.naive_softmax_kernel, (m_tiles, B * Hq, 1),
-                               (s, p, tm, tn), "naive.softmax"))
-    launches.append(Launch(_naive.naive_pv_kernel, (m_tiles, B * Hq, 1),
-                           (p, v, out, head_dim_v, tm, tn), "naive.pv"))
+        launches.append(_launch(_naive.naive_scores_kernel, (m_tiles, _cdiv(Sk, tn), B * Hq),
+                                (q, k, mask, s, scale, head_dim, tm, tn, causal, has_mask),
+                                "naive.scores"))
+        launches.append(_launch(_naive.naive_softmax_kernel, (m_tiles, B * Hq, 1),
+                                (s, p, tm, tn), "naive.softmax"))
+    launches.append(_launch(_naive.naive_pv_kernel, (m_tiles, B * Hq, 1),
+                            (p, v, out, head_dim_v, tm, tn), "naive.pv"))
     return launches
+
+
+def _launch(kernel, grid, args, name) -> Launch:
+    """A Launch, switched to the kernel's int64-indexed twin when an array needs it."""
+    if any(_numel(a) > INT32_MAX for a in args if hasattr(a, "shape")):
+        kernel = int64_variant(kernel)
+    return Launch(kernel, grid, args, name)
+
+
+def _numel(a) -> int:
+    return math.prod(int(n) for n in a.shape)
+
+
+_INT64_VARIANTS: dict = {}
+
+
+def int64_variant(kernel):
+    """The same kernel body with every array parameter annotated ``ct.IndexedWithInt64``.
+
+    A launch with the default int32 indexing refuses arrays whose shape or strides pass
+    INT32_MAX (naive's S and P, or a full [B, Hq, Sq, Sk] mask, get there first). The twin
+    shares the kernel's code and globals (so the simulator sees the same source) and is
+    built once per kernel; small problems keep the cheaper int32 kernel.
+    """
+    twin = _INT64_VARIANTS.get(kernel)
+    if twin is None:
+        fn = kernel._annotated_function.pyfunc
+        ann = dict(fn.__annotations__)
+        for name in list(fn.__code__.co_varnames[:fn.__code__.co_argcount]):
+            if name not in ann:                 # unannotated parameters are the arrays
+                ann[name] = ct.IndexedWithInt64
+        new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_i64",
+                                 fn.__defaults__, fn.__closure__)
+        new.__annotations__ = ann
+        new.__qualname__ = fn.__qualname__ + "_i64"
+        new.__module__ = fn.__module__
+        new.__doc__ = fn.__doc__
+        twin = _INT64_VARIANTS[kernel] = ct.kernel(new)
+    return twin
 
 
 # --------------------------------------------------------------------------------------

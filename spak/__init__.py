@@ -6,3 +6,12 @@ references and reports. Importing `spak` stays cheap (no torch, no cuTile):
 submodules load what they need when used.
 """
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # spak.fmha loads torch (and registers torch.ops.spak.fmha) only when first used,
+    # so `import spak` works on machines without torch.
+    if name == "fmha":
+        from spak.api import fmha
+        return fmha
+    raise AttributeError(f"module 'spak' has no attribute {name!r}")

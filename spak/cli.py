@@ -28,8 +28,8 @@ from spak.problems import GRAMMAR_HELP, SHAPE_SETS, ShapeError, parse_case, sele
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "parse_tiles", "shape_arg",
            "format_table", "format_row", "summary_line", "TABLE_HEADER"]
 
-#: Modules holding a `register(subparsers)`; "spak.cli" registers `sim`.
-COMMAND_MODULES: list[str] = ["spak.cli"]
+#: Modules holding a `register(subparsers)`; "spak.cli" registers `sim`, "spak.gpurun" `run`.
+COMMAND_MODULES: list[str] = ["spak.cli", "spak.gpurun"]
 
 KERNELS = ("fused", "naive")
 

@@ -1,0 +1,262 @@
+"""`spak.fmha`: SPAK's cuTile attention for PyTorch CUDA tensors.
+
+    out = spak.fmha(q, k, v, is_causal=True)           # like F.scaled_dot_product_attention
+
+It mirrors ``torch.nn.functional.scaled_dot_product_attention`` where they overlap:
+
+* q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] -> [B, Hq, Sq, Dv]; fp16 or bf16,
+  all three the same; D, Dv in [1, 256]; one CUDA device.
+* ``attn_mask``: a bool mask (True = attend) or an additive float mask, broadcastable to
+  [B, Hq, Sq, Sk]. Rows with no allowed key give zeros (SDPA gives NaN there).
+* ``is_causal``: bottom-right aligned, as in prefill with a KV cache: query i sees key j
+  iff j <= i + Sk - Sq. For Sq == Sk this is SDPA's causal; for Sq != Sk SDPA's is_causal
+  is top-left. Unlike SDPA, is_causal and attn_mask may be combined.
+* ``scale``: default 1/sqrt(D); any finite real number, 0 and negative included.
+* ``enable_gqa``: must be True when Hq != Hkv (Hq a multiple of Hkv), as in SDPA.
+* ``kernel``: "fused" (one pass, online softmax) or "naive" (three kernels through memory).
+* ``tiles``: {"TILE_M": .., "TILE_N": ..}; default: the tuned-config store
+  (spak.tuned) for this GPU, else gpu.plan.default_tiles(D, arch).
+
+Every input is validated before anything runs (ValueError / TypeError naming the argument
+and the accepted values). Non-contiguous inputs are copied. NaN/inf inside q/k/v propagate
+into the rows they touch, as in SDPA. Forward only (no autograd).
+
+``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake
+implementation), so ``torch.compile`` graphs can hold it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional
+
+import torch
+
+__all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_DIM"]
+
+KERNELS = ("fused", "naive")
+DTYPES = (torch.float16, torch.bfloat16)
+MAX_HEAD_DIM = 256
+_MASK_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# --------------------------------------------------------------------------- validation
+
+class _Checked:
+    """What validate() found: sizes plus the normalised arguments."""
+    __slots__ = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "scale", "mask", "causal",
+                 "kernel", "tiles")
+
+
+def _dev(t) -> str:
+    return str(t.device)
+
+
+def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+             kernel="fused", tiles=None, require_cuda: bool = True) -> _Checked:
+    """Check every argument of fmha; raise ValueError/TypeError naming the culprit.
+
+    Order: types, ndim, dtypes, sizes (batch, heads, GQA, seq, head dims, zero sizes),
+    mask, flags, scale, kernel, tiles, then devices (so shape errors are reported for CPU
+    or meta tensors too). Returns the sizes and the normalised scale (a float, or None).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4D [batch, heads, seq, head_dim], got "
+                             f"{t.dim()}D shape {tuple(t.shape)}")
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
+    B, Hq, Sq, D = q.shape
+    Bk, Hkv, Sk, Dk = k.shape
+    Bv, Hv, Sv, Dv = v.shape
+    if Bk != B or Bv != B:
+        raise ValueError(f"batch sizes must match: q {B}, k {Bk}, v {Bv}")
+    if Hv != Hkv:
+        raise ValueError(f"k and v must have the same number of heads, got k {Hkv}, v {Hv}")
+    if Sv != Sk:
+        raise ValueError(f"k and v must have the same sequence length, got k {Sk}, v {Sv}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head_dim, got q {D}, k {Dk}")
+    for name, d in (("q/k head_dim", D), ("v head_dim", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    if Hkv == 0 and Hq != 0:
+        raise ValueError(f"k/v heads must be >= 1 when q has {Hq} heads, got 0")
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}")
+    if Hkv and Hq != Hkv:
+        if Hq % Hkv:
+            raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv}) "
+                             f"for grouped-query attention")
+        if not enable_gqa:
+            raise ValueError(f"q has {Hq} heads but k/v have {Hkv}: pass enable_gqa=True "
+                             f"for grouped-query attention (as in SDPA)")
+
+    mask = None
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
+                            f"{type(attn_mask).__name__}")
+        if attn_mask.dtype != torch.bool and attn_mask.dtype not in _MASK_FLOAT:
+            raise TypeError(f"attn_mask dtype must be torch.bool (True = attend) or a float "
+                            f"dtype (additive: float16, bfloat16, float32, float64), "
+                            f"got {attn_mask.dtype}")
+        if attn_mask.dim() > 4:
+            raise ValueError(f"attn_mask must have at most 4 dims, got shape "
+                             f"{tuple(attn_mask.shape)}")
+        try:
+            torch.broadcast_shapes(tuple(attn_mask.shape), (B, Hq, Sq, Sk))
+        except RuntimeError:
+            raise ValueError(f"attn_mask shape {tuple(attn_mask.shape)} does not broadcast "
+                             f"to [B, Hq, Sq, Sk] = {[B, Hq, Sq, Sk]}") from None
+        mask = attn_mask
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a real number (float or int) or None, got "
+                            f"{type(scale).__name__} {scale!r}")
+        scale = float(scale)
+        if not math.isfinite(scale):
+            raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
+
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if tiles is not None:
+        tiles = _check_tiles(tiles)
+
+    devices = {_dev(q), _dev(k), _dev(v)} | ({_dev(mask)} if mask is not None else set())
+    if len(devices) > 1:
+        raise ValueError(f"q, k, v and attn_mask must be on one device, got q {_dev(q)}, "
+                         f"k {_dev(k)}, v {_dev(v)}"
+                         + (f", attn_mask {_dev(mask)}" if mask is not None else ""))
+    if require_cuda and q.device.type != "cuda":
+        raise ValueError(f"q, k, v must be CUDA tensors (spak.fmha runs cuTile kernels on an "
+                         f"NVIDIA GPU), got device {q.device}; for CPU use the simulator "
+                         f"(`spak sim`) or torch SDPA")
+
+    c = _Checked()
+    c.B, c.Hq, c.Hkv, c.Sq, c.Sk, c.D, c.Dv = B, Hq, Hkv, Sq, Sk, D, Dv
+    c.scale, c.mask, c.causal, c.kernel, c.tiles = scale, mask, is_causal, kernel, tiles
+    return c
+
+
+def _check_tiles(tiles) -> dict:
+    if not isinstance(tiles, dict):
+        raise TypeError(f"tiles must be a dict {{'TILE_M': int, 'TILE_N': int}} or None, "
+                        f"got {type(tiles).__name__}")
+    unknown = set(tiles) - {"TILE_M", "TILE_N"}
+    if unknown:
+        raise ValueError(f"tiles has unknown keys {sorted(map(str, unknown))}; accepted: "
+                         f"TILE_M, TILE_N")
+    out = {}
+    for key, val in tiles.items():
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+            raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
+        val = int(val)
+        if not 16 <= val <= 256 or val & (val - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
+        out[key] = val
+    return out
+
+
+# ---------------------------------------------------------------------- tiles, masks
+
+def device_arch(device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
+                  tiles: Optional[dict] = None) -> dict:
+    """tiles as given (filled up from defaults), else the tuned store's, else the default."""
+    from gpu.plan import default_tiles
+    arch = device_arch(device)
+    base = default_tiles(D, arch)
+    if tiles:
+        return {**base, **tiles}
+    from spak import tuned
+    found = tuned.lookup(torch.cuda.get_device_name(device), kernel, dtype, D, causal, Sk)
+    if found:
+        return {**base, **{k: int(found[k]) for k in ("TILE_M", "TILE_N") if k in found}}
+    return base
+
+
+def kernel_mask(mask: torch.Tensor, B: int, Hq: int, Sq: int, Sk: int) -> torch.Tensor:
+    """float32 [MB, MH, Sq, Sk] (MB in {1, B}, MH in {1, Hq}), contiguous, bool -> 0/-inf."""
+    if mask.dtype == torch.bool:
+        m = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+        m.masked_fill_(~mask, float("-inf"))
+    else:
+        m = mask.to(torch.float32)
+    m = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
+    mb = B if m.shape[0] == B else 1
+    mh = Hq if m.shape[1] == Hq else 1
+    return m.expand(mb, mh, Sq, Sk).contiguous()
+
+
+# -------------------------------------------------------------------------- the op
+
+def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float, kernel: str,
+          tile_m: int, tile_n: int) -> torch.Tensor:
+    """The custom op's CUDA body; arguments already validated by fmha()."""
+    from gpu.launch import fmha_into
+    B, Hq, Sq, D = q.shape
+    Sk, Dv = k.shape[2], v.shape[3]
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    if Sk == 0 or k.shape[1] == 0:
+        return out.zero_()                     # no keys: every row is fully masked
+    # The kernels need scale > 0 (they take the row max of raw scores before scaling).
+    # scale < 0: negate K (exact in fp16/bf16) and use |scale|. scale == 0: every score
+    # is 0 (+ mask): zero Q and use scale 1, which gives exactly that.
+    if scale < 0:
+        k, scale = -k, -scale
+    elif scale == 0:
+        q, scale = torch.zeros_like(q), 1.0
+    mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
+    with torch.cuda.device(q.device):
+        try:
+            fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
+                      tiles={"TILE_M": tile_m, "TILE_N": tile_n})
+        except Exception as exc:
+            from spak import gpu_env
+            if gpu_env.is_compile_error(exc):
+                raise gpu_env.explain(exc, arch=device_arch(q.device)) from exc
+            raise
+    return out
+
+
+_op = torch.library.custom_op("spak::fmha", mutates_args=())(_impl)
+_op.__doc__ = "torch.ops.spak.fmha: spak.fmha's CUDA kernel call (inputs pre-validated)."
+
+
+@_op.register_fake
+def _fake(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n):
+    return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+
+
+
+def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
+         attn_mask=None, enable_gqa: bool = False, kernel: str = "fused",
+         tiles: Optional[dict] = None):
+    """softmax(q k^T * scale + attn_mask) v on CUDA tensors with SPAK's cuTile kernels.
+
+    See the module docstring for the arguments; returns [B, Hq, Sq, Dv] in q's dtype.
+    """
+    c = validate(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                 enable_gqa=enable_gqa, kernel=kernel, tiles=tiles)
+    s = 1.0 / math.sqrt(c.D) if c.scale is None else c.scale
+    t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles)
+    return torch.ops.spak.fmha(q, k, v, c.mask, is_causal, s, kernel,
+                               int(t["TILE_M"]), int(t["TILE_N"]))

@@ -1,0 +1,682 @@
+"""`spak run`: the GPU loop. Check, compare with the simulator, and time, on the local GPU.
+
+For every selected kernel and shape:
+
+* correctness vs a float64 reference (relative L2, max abs, NaN/Inf count; the gates of
+  spak.metrics) and vs PyTorch SDPA (relative L2 between the two outputs). The reference
+  is spak.reference.attention_f64 on the CPU for small problems, torch float64 on the GPU
+  (one head and a block of rows at a time) for big ones;
+* agreement with the CPU simulator on the same inputs under the matching numeric model:
+  fraction of output elements bit-identical and the largest difference in ulps. The
+  simulator is slow on big shapes, so it runs on a slice: batch 0, the first query head(s)
+  with their kv head, and the LAST query rows (aligned to TILE_M, all keys; the causal
+  diagonal is kept exact), sized by --sim-work. The row's "sim.slice" says which;
+* timing with CUDA events: warm-up, then many runs rotating among several input sets (so
+  the L2 cache does not flatter small shapes; never zeros), median and spread; TFLOPS from
+  ProblemSpec.flops and percent of an fp16 8192^3 torch.matmul ceiling measured in the same
+  run; PyTorch SDPA's flash, cuDNN and efficient backends timed on the same inputs (a
+  backend that refuses a shape is recorded as skipped).
+
+Output: a table (or --json), and one JSON line per (shape, provider) appended to --out as
+it finishes (fsync'd: a killed run keeps every finished row). Each row records the GPU,
+date, torch/cuTile/SPAK versions and the command.
+
+torch and cuTile are imported inside cmd_run: `spak --help` works anywhere.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Optional
+
+from spak import __version__
+from spak.metrics import GATES
+from spak.problems import GRAMMAR_HELP, ShapeError, select_cases
+
+__all__ = ["register", "cmd_run", "sim_slice", "time_events", "stats", "append_jsonl",
+           "PROVIDERS_SDPA"]
+
+PROVIDERS_SDPA = ("flash", "cudnn", "efficient")
+KERNELS = ("fused", "naive")
+CPU_REF_MAX_FLOPS = 4e9          # float64 reference on the CPU below this, on the GPU above
+DEFAULT_SIM_WORK = 1 << 29       # simulated Sq_slice * Sk * D * heads (~1 s per case)
+
+
+# ------------------------------------------------------------------ small pure helpers
+
+def stats(ms: list[float]) -> dict:
+    """median, min, max, p25, p75 (ms) and the relative spread (p75-p25)/median."""
+    s = sorted(ms)
+    n = len(s)
+
+    def q(f):
+        i = f * (n - 1)
+        lo, hi = int(math.floor(i)), int(math.ceil(i))
+        return s[lo] + (s[hi] - s[lo]) * (i - lo)
+    med = q(0.5)
+    return {"ms_median": med, "ms_min": s[0], "ms_max": s[-1], "ms_p25": q(0.25),
+            "ms_p75": q(0.75), "spread": (q(0.75) - q(0.25)) / med if med else None,
+            "runs": n}
+
+
+def sim_slice(B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int, tile_m: int,
+              heads: int = 1, work: int = DEFAULT_SIM_WORK) -> dict:
+    """Which part of a problem the simulator re-computes: batch 0, query heads [0, hq) with
+    kv heads [0, hkv), query rows [r0, Sq) (r0 a multiple of tile_m, so the simulator's blocks
+    are the GPU's blocks), all Sk keys. Taking the LAST rows keeps bottom-right causal exact
+    (rows r0.. of Sq against Sk keys see what they see in the full problem)."""
+    group = Hq // Hkv
+    hq = max(1, min(heads, Hq))
+    if hq <= group:
+        hkv = 1
+    else:
+        hkv = hq // group
+        hq = hkv * group
+    per_row = max(1, Sk * max(D, 1) * hq)
+    rows = max(tile_m, (work // per_row) // tile_m * tile_m)
+    r0 = 0 if rows >= Sq else (Sq - rows) // tile_m * tile_m
+    full = (B == 1 and hq == Hq and r0 == 0)
+    return {"b": 0, "hq": hq, "hkv": hkv, "r0": r0, "rows": Sq - r0, "full": full,
+            "text": "full problem" if full else
+            f"b=0, q heads 0..{hq - 1} (kv 0..{hkv - 1}), rows {r0}..{Sq - 1} of {Sq}, "
+            f"all {Sk} keys"}
+
+
+def append_jsonl(path: Optional[Path], row: dict) -> None:
+    """Append one JSON line and fsync it: a killed run loses nothing already written."""
+    if path is None:
+        return
+    with open(path, "a") as f:
+        f.write(json.dumps(_jsonable(row), allow_nan=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):
+        return _jsonable(x.item())
+    return x
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "gpu"
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, cwd=Path(__file__).resolve().parents[1])
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# ------------------------------------------------------------------ timing
+
+def time_events(fn, n_sets: int, *, warmup: int = 3, min_runs: int = 10, max_runs: int = 200,
+                target_s: float = 0.3) -> dict:
+    """Median/spread of fn(i) in ms, one CUDA event pair per call, i rotating over sets."""
+    import torch
+    for i in range(warmup):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn(0)
+    e.record()
+    torch.cuda.synchronize()
+    est = max(s.elapsed_time(e), 1e-3) / 1e3
+    n = int(min(max_runs, max(min_runs, target_s / est)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        starts[i].record()
+        fn(i % n_sets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return stats([a.elapsed_time(b) for a, b in zip(starts, ends)])
+
+
+def matmul_ceiling(n: int = 8192, runs: int = 20) -> dict:
+    """fp16 n^3 torch.matmul on random data: the practical tensor-core ceiling (TFLOPS)."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(1234)
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16, generator=g)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16, generator=g)
+    c = torch.empty(n, n, device="cuda", dtype=torch.float16)
+    st = time_events(lambda i: torch.matmul(a, b, out=c), 1, warmup=5, min_runs=runs,
+                     max_runs=runs)
+    st["tflops"] = 2.0 * n ** 3 / (st["ms_median"] * 1e-3) / 1e12
+    st["n"] = n
+    del a, b, c
+    return st
+
+
+# ------------------------------------------------------------------ inputs & references
+
+def _make_gpu_inputs(spec, seed: int, set_index: int):
+    """Fresh N(0,1) q, k, v (and mask, if the spec has one) on the GPU, reproducible."""
+    import torch
+    dt = torch.float16 if spec.dtype == "fp16" else torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(
+        (zlib.crc32(spec.case_id.encode()) * 1000 + seed * 97 + set_index) % (2 ** 63))
+    q = torch.randn(spec.q_shape, device="cuda", dtype=dt, generator=g)
+    k = torch.randn(spec.kv_shape, device="cuda", dtype=dt, generator=g)
+    v = torch.randn(spec.kv_shape, device="cuda", dtype=dt, generator=g)
+    mask = None
+    if spec.mask is not None:       # as spak.problems.make_inputs: [B,1,Sq,Sk], ~20% masked,
+        shape = (spec.B, 1, spec.Sq, spec.Sk)          # row Sq//2 of batch 0 fully masked
+        keep = torch.rand(shape, device="cuda", generator=g) >= 0.2
+        keep[0, 0, spec.Sq // 2] = False
+        if spec.mask == "bool":
+            mask = keep
+        else:
+            bias = torch.randn(shape, device="cuda", dtype=torch.float32, generator=g)
+            mask = bias.masked_fill(~keep, float("-inf"))
+    return q, k, v, mask
+
+
+def _bottom_right(Sq: int, Sk: int, device):
+    import torch
+    i = torch.arange(Sq, device=device)[:, None]
+    j = torch.arange(Sk, device=device)[None, :]
+    return j <= i + (Sk - Sq)
+
+
+def reference_f64(spec, q, k, v, mask, scale: float):
+    """float64 attention as a CUDA float64 tensor: spak.reference on the CPU when small,
+    else torch float64 on the GPU, one (batch, head) and a block of rows at a time."""
+    import numpy as np
+    import torch
+    if spec.flops <= CPU_REF_MAX_FLOPS:
+        from spak.reference import attention_f64
+        cvt = (lambda t: t.cpu().numpy()) if spec.dtype == "fp16" else \
+            (lambda t: t.float().cpu().numpy())
+        m = None if mask is None else mask.cpu().numpy()
+        ref = attention_f64(cvt(q), cvt(k), cvt(v), mask=m, causal=spec.causal, scale=scale)
+        return torch.from_numpy(np.ascontiguousarray(ref)).to("cuda")
+    B, Hq, Sq, _ = q.shape
+    Sk, Dv = k.shape[2], v.shape[3]
+    group = Hq // k.shape[1]
+    out = torch.empty((B, Hq, Sq, Dv), dtype=torch.float64, device="cuda")
+    rows = max(1, (1 << 26) // max(Sk, 1))
+    m = None if mask is None else torch.broadcast_to(mask, (B, Hq, Sq, Sk))
+    for b in range(B):
+        for h in range(Hq):
+            kk = k[b, h // group].double()
+            vv = v[b, h // group].double()
+            for r0 in range(0, Sq, rows):
+                r1 = min(Sq, r0 + rows)
+                s = (q[b, h, r0:r1].double() @ kk.T) * scale
+                if m is not None:
+                    mm = m[b, h, r0:r1]
+                    s = s.masked_fill(~mm, float("-inf")) if mm.dtype == torch.bool \
+                        else s + mm.double()
+                if spec.causal:
+                    i = torch.arange(r0, r1, device="cuda")[:, None]
+                    j = torch.arange(Sk, device="cuda")[None, :]
+                    s = s.masked_fill(j > i + (Sk - Sq), float("-inf"))
+                mx = s.amax(dim=1, keepdim=True)
+                dead = torch.isneginf(mx)
+                p = torch.exp(s - torch.where(dead, torch.zeros_like(mx), mx))
+                den = p.sum(dim=1, keepdim=True)
+                o = (p @ vv) / torch.where(dead, torch.ones_like(den), den)
+                out[b, h, r0:r1] = torch.where(dead, torch.zeros_like(o), o)
+    return out
+
+
+def _rel_l2(a, b) -> float:
+    import torch
+    a, b = a.double(), b.double()
+    den = float(torch.linalg.vector_norm(b))
+    num = float(torch.linalg.vector_norm(a - b))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+def _sdpa_args(spec, mask, device):
+    """(attn_mask, is_causal) giving bottom-right causal semantics in SDPA."""
+    import torch
+    if not spec.causal:
+        return mask, False
+    if spec.Sq == spec.Sk and mask is None:
+        return None, True
+    br = _bottom_right(spec.Sq, spec.Sk, device)
+    if mask is None:
+        return br, False
+    if mask.dtype == torch.bool:
+        return mask & br, False
+    return mask.masked_fill(~br, float("-inf")), False
+
+
+# ------------------------------------------------------------------ one case
+
+class _Env:
+    """Run-wide facts recorded on every row."""
+
+    def __init__(self, args, argv):
+        import torch
+        import cuda.tile as ct
+        self.gpu = torch.cuda.get_device_name()
+        major, minor = torch.cuda.get_device_capability()
+        self.arch = f"sm_{major}{minor}"
+        props = torch.cuda.get_device_properties(0)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20))
+        self.base = {
+            "schema": "spak.run/1", "gpu": self.gpu, "arch": self.arch,
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cuda_tile": getattr(ct, "__version__", None), "spak": __version__,
+            "commit": _git_commit(), "command": "spak " + shlex.join(argv),
+        }
+
+
+def _tiles_for(kernel, spec, args, device):
+    if args.tiles is not None:
+        return {"TILE_M": args.tiles[0], "TILE_N": args.tiles[1]}
+    from spak.api import resolve_tiles
+    import torch
+    dt = torch.float16 if spec.dtype == "fp16" else torch.bfloat16
+    return resolve_tiles(kernel, dt, spec.D, spec.causal, spec.Sk, device)
+
+
+def _shared_alloc(like):
+    """alloc for plan_fmha that hands every plan the same workspaces (one per shape/kind):
+    the timed plans run one after another on one stream, so sharing is safe and naive's
+    S/P workspaces exist once, not once per input set."""
+    import torch
+    cache = {}
+
+    def alloc(shape, kind):
+        key = (tuple(int(n) for n in shape), kind)
+        if key not in cache:
+            dt = torch.float32 if kind == "float32" else like.dtype
+            cache[key] = torch.empty(key[0], dtype=dt, device=like.device)
+        return cache[key]
+    return alloc
+
+
+def _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles, model, heads, work):
+    """Run the simulator on a slice; compare bit for bit with the GPU's output slice."""
+    import numpy as np
+    from spak.metrics import fraction_bit_identical, max_ulp
+    from spak.simrun import simulate_fmha
+    sl = sim_slice(spec.B, spec.Hq, spec.Hkv, spec.Sq, spec.Sk, spec.D, tiles["TILE_M"],
+                   heads, work)
+    r0, hq, hkv = sl["r0"], sl["hq"], sl["hkv"]
+    cvt = (lambda t: t.cpu().numpy()) if spec.dtype == "fp16" else \
+        (lambda t: t.float().cpu().numpy())
+    qs = cvt(q[0:1, :hq, r0:].contiguous())
+    ks, vs = cvt(k[0:1, :hkv].contiguous()), cvt(v[0:1, :hkv].contiguous())
+    ms = None
+    if kmask is not None:
+        ms = kmask[0:1, :(hq if kmask.shape[1] > 1 else 1), r0:].contiguous().cpu().numpy()
+    t0 = time.perf_counter()
+    sim_out, _ = simulate_fmha(kernel, qs, ks, vs, mask=ms, causal=spec.causal, scale=scale,
+                               tiles=tiles, model=model, dtype=spec.dtype)
+    secs = time.perf_counter() - t0
+    gpu = cvt(out[0:1, :hq, r0:].contiguous())
+    return {"fraction_bit_identical": fraction_bit_identical(gpu, sim_out, spec.dtype),
+            "max_ulp": max_ulp(gpu, sim_out, spec.dtype), "elements": int(np.size(gpu)),
+            "slice": sl["text"], "model": model, "seconds": secs}
+
+
+def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> list[dict]:
+    """All rows for one shape: our kernels (checked, simulated, timed) and SDPA's backends."""
+    import torch
+    from gpu.launch import plan_torch, run as run_plan
+    from gpu.plan import plan_fmha
+    from spak.api import kernel_mask
+    from spak import gpu_env
+
+    case = {"case": spec.case_id, "shape": spec.display, "B": spec.B, "Hq": spec.Hq,
+            "Hkv": spec.Hkv, "Sq": spec.Sq, "Sk": spec.Sk, "D": spec.D, "dtype": spec.dtype,
+            "causal": spec.causal, "mask": spec.mask, "flops": spec.flops,
+            "ceiling_tflops": ceiling}
+    rows = []
+    scale = 1.0 / math.sqrt(spec.D)
+    q, k, v, mask = _make_gpu_inputs(spec, args.seed, 0)
+    kmask = None if mask is None else kernel_mask(mask, spec.B, spec.Hq, spec.Sq, spec.Sk)
+    set_bytes = sum(t.numel() * t.element_size() for t in (q, k, v)) * 2
+    n_sets = 1 if args.no_time else int(min(args.max_sets, max(2, math.ceil(
+        3 * env.l2_bytes / max(set_bytes, 1)))))
+    sets = [(q, k, v)] + [_make_gpu_inputs(spec, args.seed, i)[:3] for i in range(1, n_sets)]
+
+    ref = reference_f64(spec, q, k, v, mask, scale)
+    sdpa_mask, sdpa_causal = _sdpa_args(spec, mask, q.device)
+    gqa = spec.Hq != spec.Hkv
+    sdpa_ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=sdpa_mask, is_causal=sdpa_causal, scale=scale, enable_gqa=gqa)
+    sdpa_ref = torch.nan_to_num(sdpa_ref, nan=0.0)   # SDPA: NaN on fully-masked rows
+
+    def finish(row):
+        row = {**env.base, **case, **row}
+        if row.get("ms_median"):
+            row["tflops"] = spec.flops / (row["ms_median"] * 1e-3) / 1e12
+            row["pct_ceiling"] = 100.0 * row["tflops"] / ceiling if ceiling else None
+        rows.append(row)
+        emit(row)
+        return row
+
+    for kernel in kernels:
+        row = {"provider": f"spak-{kernel}", "kernel": kernel, "tiles": None, "error": None,
+               "passed": False, "gate": GATES[spec.dtype]}
+        try:
+            if kernel == "naive":
+                ws = spec.B * spec.Hq * spec.Sq * spec.Sk * 6
+                if ws > args.naive_max_gb * 2 ** 30:
+                    row["skipped"] = (f"naive workspace {ws / 2 ** 30:.1f} GiB > "
+                                      f"--naive-max-gb {args.naive_max_gb}")
+                    finish(row)
+                    continue
+            tiles = _tiles_for(kernel, spec, args, q.device)
+            row["tiles"] = tiles
+            out = torch.full((spec.B, spec.Hq, spec.Sq, spec.D), float("nan"),
+                             dtype=q.dtype, device=q.device)   # poison: unwritten stays NaN
+            t0 = time.perf_counter()
+            try:
+                run_plan(plan_torch(kernel, q, k, v, out, mask=kmask, causal=spec.causal,
+                                    scale=scale, tiles=tiles))
+                torch.cuda.synchronize()
+            except Exception as exc:
+                if gpu_env.is_compile_error(exc):
+                    raise gpu_env.explain(exc, arch=env.arch) from exc
+                raise
+            row["first_call_s"] = time.perf_counter() - t0      # includes the compile
+            row["nonfinite"] = int((~torch.isfinite(out)).sum())
+            row["rel_l2"] = _rel_l2(out, ref)
+            row["max_abs"] = float((out.double() - ref).abs().max()) if out.numel() else 0.0
+            row["rel_l2_vs_sdpa"] = _rel_l2(out, sdpa_ref)
+            if spec.mask is not None:
+                dead = torch.isneginf(kmask.amax(dim=-1))      # [MB, MH, Sq] fully masked
+                row["masked_rows_zero"] = bool((out.masked_select(
+                    torch.broadcast_to(dead, out.shape[:3])[..., None].expand(out.shape))
+                    == 0).all())
+            row["passed"] = (row["nonfinite"] == 0 and row["rel_l2"] <= GATES[spec.dtype]
+                             and row.get("masked_rows_zero", True))
+            if not args.no_sim:
+                try:
+                    row["sim"] = _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles,
+                                           args.model or _sim_model(env.arch),
+                                           args.sim_heads, args.sim_work)
+                except Exception as exc:  # noqa: BLE001 -- recorded, run goes on
+                    row["sim"] = {"error": f"{type(exc).__name__}: {exc}"}
+            if not args.no_time:
+                alloc = _shared_alloc(q)
+                outs = [torch.empty_like(out) for _ in sets]
+                plans = [plan_fmha(kernel, *s, o, mask=kmask, causal=spec.causal, scale=scale,
+                                   tiles=tiles, alloc=alloc) for s, o in zip(sets, outs)]
+                row.update(time_events(lambda i: run_plan(plans[i]), n_sets))
+                row["input_sets"] = n_sets
+                del outs, plans, alloc
+            del out
+        except torch.cuda.OutOfMemoryError as exc:
+            row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0]}"
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001 -- one failure is a row, not the end
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        finish(row)
+
+    if not args.no_sdpa and not args.no_time:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backends = {"flash": SDPBackend.FLASH_ATTENTION,
+                    "cudnn": SDPBackend.CUDNN_ATTENTION,
+                    "efficient": SDPBackend.EFFICIENT_ATTENTION}
+        F = torch.nn.functional.scaled_dot_product_attention
+        for name in PROVIDERS_SDPA:
+            row = {"provider": f"sdpa-{name}", "kernel": None, "error": None}
+            try:
+                with sdpa_kernel([backends[name]]):
+                    try:
+                        o = F(q, k, v, attn_mask=sdpa_mask, is_causal=sdpa_causal,
+                              scale=scale, enable_gqa=gqa)
+                        torch.cuda.synchronize()
+                    except RuntimeError as exc:
+                        row["skipped"] = str(exc).strip().splitlines()[0][:300]
+                        finish(row)
+                        continue
+                    row["nonfinite"] = int((~torch.isfinite(o)).sum())
+                    row["rel_l2"] = _rel_l2(torch.nan_to_num(o, nan=0.0), ref)
+                    del o
+                    row.update(time_events(
+                        lambda i: F(*sets[i], attn_mask=sdpa_mask, is_causal=sdpa_causal,
+                                    scale=scale, enable_gqa=gqa), n_sets))
+                    row["input_sets"] = n_sets
+            except torch.cuda.OutOfMemoryError as exc:
+                row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0]}"
+                torch.cuda.empty_cache()
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            finish(row)
+    del sets, q, k, v, mask, kmask, ref, sdpa_ref
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _sim_model(arch: str) -> str:
+    try:
+        import sim
+        return arch if arch in sim.MODELS else "sm_90"
+    except ImportError:
+        return "sm_90"
+
+
+# ------------------------------------------------------------------ table
+
+def _f(x, fmt):
+    return "-" if x is None else fmt.format(x)
+
+
+HEADER = (f"{'kernel':6} {'shape':22} {'causal':6} {'dtype':5} {'tiles':7} {'relL2':8} "
+          f"{'vsSDPA':8} {'NaN':>4} {'sim bit%':>8} {'ulp':>5} {'ms':>8} {'TFLOPS':>7} "
+          f"{'%ceil':>5} | {'flash':>6} {'cudnn':>6} {'effic':>6}  result")
+
+
+def format_case(rows: list[dict]) -> list[str]:
+    """Table lines for one case: one per SPAK kernel, SDPA TFLOPS alongside."""
+    sd = {r["provider"]: r for r in rows if r["provider"].startswith("sdpa-")}
+
+    def tf(p):
+        r = sd.get(p)
+        if r is None:
+            return "-"
+        if r.get("skipped"):
+            return "skip"
+        if r.get("error"):
+            return "ERR"
+        return _f(r.get("tflops"), "{:.0f}")
+    lines = []
+    for r in rows:
+        if not r["provider"].startswith("spak-"):
+            continue
+        sim = r.get("sim") or {}
+        t = r.get("tiles")
+        tiles = f"{t['TILE_M']}x{t['TILE_N']}" if t else "-"
+        res = ("SKIP" if r.get("skipped") else "PASS" if r.get("passed") else "FAIL")
+        lines.append(
+            f"{r['kernel']:6} {r['shape']:22} {'yes' if r['causal'] else 'no':6} "
+            f"{r['dtype']:5} {tiles:7} "
+            f"{_f(r.get('rel_l2'), '{:.2e}'):8} {_f(r.get('rel_l2_vs_sdpa'), '{:.2e}'):8} "
+            f"{_f(r.get('nonfinite'), '{}'):>4} "
+            f"{_f(None if 'fraction_bit_identical' not in sim else 100 * sim['fraction_bit_identical'], '{:.2f}'):>8} "
+            f"{_f(sim.get('max_ulp'), '{}'):>5} {_f(r.get('ms_median'), '{:.3f}'):>8} "
+            f"{_f(r.get('tflops'), '{:.0f}'):>7} {_f(r.get('pct_ceiling'), '{:.0f}'):>5} | "
+            f"{tf('sdpa-flash'):>6} {tf('sdpa-cudnn'):>6} {tf('sdpa-efficient'):>6}  {res}")
+        for key, label in (("error", "error"), ("skipped", "skipped")):
+            if r.get(key):
+                lines.append(f"    {label}: " + str(r[key]).strip().replace("\n", "\n    "))
+        if sim.get("error"):
+            lines.append(f"    sim error: {sim['error'].splitlines()[0]}")
+    return lines
+
+
+def summary(rows: list[dict]) -> str:
+    ours = [r for r in rows if r["provider"].startswith("spak-") and not r.get("skipped")]
+    ok = sum(bool(r.get("passed")) for r in ours)
+    parts = [f"{ok}/{len(ours)} SPAK kernel cases passed"]
+    sims = [r["sim"] for r in ours if isinstance(r.get("sim"), dict)
+            and "fraction_bit_identical" in r["sim"]]
+    if sims:
+        n = sum(s["elements"] for s in sims)
+        frac = sum(s["fraction_bit_identical"] * s["elements"] for s in sims) / max(n, 1)
+        parts.append(f"simulator bit-identical {100 * frac:.2f}% of {n} elements "
+                     f"(worst {max(s['max_ulp'] for s in sims)} ulp)")
+    by_case = {}
+    for r in rows:
+        by_case.setdefault(r["case"], {})[r["provider"]] = r
+    for other in ("sdpa-cudnn", "sdpa-flash"):
+        ratios = [c["spak-fused"]["tflops"] / c[other]["tflops"] for c in by_case.values()
+                  if c.get("spak-fused", {}).get("tflops") and c.get(other, {}).get("tflops")]
+        if ratios:
+            gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            parts.append(f"fused/{other[5:]} {gm:.2f}x geomean over {len(ratios)}")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------ command
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        specs = select_cases(args.shapes, dtype=args.dtype, causal=args.causal)
+    except ShapeError as e:
+        print(f"spak run: error: argument --shapes: {e}", file=sys.stderr)
+        return 2
+    if not specs:
+        print("spak run: error: argument --shapes: no case matches", file=sys.stderr)
+        return 2
+    kernels = KERNELS if args.kernel == "all" else (args.kernel,)
+    if args.list:
+        for s in specs:
+            print(s.case_id)
+        return 0
+    try:
+        import torch
+    except ImportError as e:
+        print(f"spak run: needs PyTorch with CUDA ({e}); see README, GPU section",
+              file=sys.stderr)
+        return 1
+    if not torch.cuda.is_available():
+        print("spak run: no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False); "
+              "on a CPU-only machine use `spak sim`", file=sys.stderr)
+        return 1
+    from spak import gpu_env
+    env = _Env(args, args.argv if args.argv is not None else sys.argv[1:])
+    problems = gpu_env.diagnose(arch=env.arch)
+    if problems:
+        print(gpu_env.format_problems(problems), file=sys.stderr)
+        if any(p.code in ("tileiras-missing", "arch-unsupported") for p in problems):
+            return 1
+    out_path = None
+    if args.out != "-":
+        out_path = Path(args.out if args.out != "auto" else
+                        f"results/run-{_slug(env.gpu)}-{env.base['date'][:10]}.jsonl")
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+    log = sys.stderr if args.json else sys.stdout
+    all_rows = []
+
+    def emit(row):
+        append_jsonl(out_path, row)
+        all_rows.append(row)
+
+    ceiling = None
+    if not args.no_time:
+        mm = matmul_ceiling()
+        ceiling = mm["tflops"]
+        emit({**env.base, "provider": "matmul-fp16-8192", "case": "matmul 8192^3 fp16",
+              **mm})
+    print(f"spak run on {env.gpu} ({env.arch}), torch {env.base['torch']}, cuTile "
+          f"{env.base['cuda_tile']}, {len(specs)} shapes x {len(kernels)} kernel(s)"
+          + (f"; fp16 matmul ceiling {ceiling:.0f} TFLOPS" if ceiling else "")
+          + (f"; rows -> {out_path}" if out_path else ""), file=log, flush=True)
+    if not args.no_sim:
+        print("simulator check on a slice per shape (batch 0, first query head(s), last query "
+              "rows, all keys; see each row's sim.slice); bit% = simulator output bits equal "
+              "to the GPU's", file=log)
+    print(HEADER, file=log, flush=True)
+    t0 = time.perf_counter()
+    for spec in specs:
+        rows = run_case(spec, kernels, args, env, ceiling, emit)
+        for line in format_case(rows):
+            print(line, file=log, flush=True)
+    wall = time.perf_counter() - t0
+    line = summary(all_rows) + f"; {wall:.0f} s"
+    print(line, file=log, flush=True)
+    if args.json:
+        print(json.dumps(_jsonable({"spak": __version__, "command": "run", "env": env.base,
+                                    "ceiling_tflops": ceiling, "rows": all_rows,
+                                    "summary": line}), indent=1))
+    ours = [r for r in all_rows if r.get("provider", "").startswith("spak-")
+            and not r.get("skipped")]
+    return 0 if all(r.get("passed") for r in ours) else 1
+
+
+DESCRIPTION = """\
+Run SPAK's kernels on the local CUDA GPU: check them against float64 and PyTorch SDPA,
+compare them bit for bit with the CPU simulator (on a slice), and time them next to
+SDPA's flash, cuDNN and efficient backends and an fp16 matmul ceiling.
+
+    spak run                                   # standard + seed shapes, fp16, fused
+    spak run --kernel all --shapes gates --dtype all --no-time   # correctness sweep
+    spak run --shapes 4x16x2048x128/causal --json
+
+Gates: relative L2 vs float64 <= {fp16:g} (fp16), <= {bf16:g} (bf16), no NaN/Inf, fully
+masked rows zero. Exit status: 0 all pass, 1 a case fails or errors, 2 bad usage.
+"""
+
+
+def register(subparsers) -> None:
+    """Add `spak run`."""
+    from spak.cli import model_arg, parse_tiles, shape_arg, _describe_sets
+    p = subparsers.add_parser(
+        "run", help="check, simulate-compare and time the kernels on the local GPU",
+        description=DESCRIPTION.format(**GATES),
+        epilog=GRAMMAR_HELP.format(sets=_describe_sets()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kernel", choices=(*KERNELS, "all"), default="fused",
+                   help="which kernel(s) (default: fused)")
+    p.add_argument("--shapes", nargs="+", type=shape_arg, default=["standard", "seed"],
+                   metavar="SHAPE", help="named sets and/or shapes (default: standard seed)")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "all"), default="fp16",
+                   help="input dtype (default: fp16)")
+    p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    p.add_argument("--tiles", type=parse_tiles, default=None, metavar="MxN",
+                   help="TILE_M x TILE_N (default: tuned store, else the arch default)")
+    p.add_argument("--model", type=model_arg, default=None,
+                   help="simulator numeric model (default: the GPU's arch, e.g. sm_90)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-sim", action="store_true", help="skip the simulator comparison")
+    p.add_argument("--sim-heads", type=int, default=1,
+                   help="query heads the simulator re-computes (default 1)")
+    p.add_argument("--sim-work", type=int, default=DEFAULT_SIM_WORK,
+                   help="simulated rows*keys*D*heads budget per shape; fewer query rows "
+                        "are simulated when a shape is bigger (default 2^29)")
+    p.add_argument("--no-time", action="store_true", help="correctness only, no timing")
+    p.add_argument("--no-sdpa", action="store_true", help="do not time SDPA's backends")
+    p.add_argument("--max-sets", type=int, default=8,
+                   help="most input sets rotated while timing (default 8)")
+    p.add_argument("--naive-max-gb", type=float, default=16.0,
+                   help="skip the naive kernel when its S+P workspace exceeds this (GiB)")
+    p.add_argument("--out", default="auto", metavar="PATH",
+                   help="results JSONL, appended line by line (default: "
+                        "results/run-<gpu>-<date>.jsonl; '-' for none)")
+    p.add_argument("--json", action="store_true", help="print one JSON document at the end "
+                   "(the table goes to stderr)")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.set_defaults(func=cmd_run, argv=None)
