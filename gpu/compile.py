@@ -5,10 +5,14 @@ nvidia-cuda-tileiras wheel) turns it into a cubin for the requested ``sm_XX``. T
 CI proves the kernels compile for GPUs nobody here owns.
 
 The signatures are derived from ``gpu.plan.plan_fmha`` itself (run on shape-only stand-in
-arrays), so the compiled argument list is exactly the one a launch would pass.
+arrays), so the compiled argument list is exactly the one a launch would pass. By default
+the array constraints are those ``ct.launch`` derives for contiguous, aligned tensors with
+ragged sequence lengths (``assume="launch"``); ``assume="none"`` compiles the fully general
+signature instead, and ``int64=True`` the int64-indexed twins plan_fmha uses for huge arrays.
 
-    python -m gpu.compile                      # every variant, sm_90 and sm_120
+    python -m gpu.compile                      # 64 variants, sm_90 and sm_120 (~3 min)
     python -m gpu.compile --arch sm_89 --kernel fused --head-dim 128
+    python -m gpu.compile --assume none        # the general signatures (~9 min)
 """
 from __future__ import annotations
 

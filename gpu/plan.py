@@ -86,7 +86,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     are the efficient case; others are padded with zeros inside the tiles).
     mask: None or a float32 [MB, MH, Sq, Sk] additive mask, MB in {1, B}, MH in {1, Hq}.
     causal: bottom-right aligned (query i sees key j iff j <= i + Sk - Sq).
-    scale: default 1/sqrt(D); must be finite and > 0.
+    scale: default 1/sqrt(D); any finite number (0 and negative included).
     tiles: {"TILE_M": .., "TILE_N": ..}, powers of two in [16, 256]; default
     ``default_tiles(D)``.
     alloc(shape, kind), kind "float32" or "input" (q's dtype): makes the workspaces
@@ -219,6 +219,8 @@ def _check_qkvo(q, k, v, out):
     if shapes["out"] != (B, Hq, Sq, Dv):
         raise ValueError(f"out must have shape {(B, Hq, Sq, Dv)} [B, Hq, Sq, Dv], "
                          f"got {shapes['out']}")
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        _check_contiguous(name, x)
     names = {n: _dtype_name(x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out))}
     if names["q"] not in INPUT_DTYPES:
         raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
@@ -237,6 +239,19 @@ def _check_mask(mask, B, Hq, Sq, Sk):
     name = _dtype_name(mask)
     if name != "float32":
         raise TypeError(f"mask dtype must be float32, got {name}")
+    _check_contiguous("mask", mask)
+
+
+def _check_contiguous(name, x):
+    """Reject non-contiguous views (torch, numpy, sim.SimArray); the caller copies."""
+    if callable(getattr(x, "is_contiguous", None)):          # torch
+        ok = x.is_contiguous()
+    else:
+        flags = getattr(x, "flags", None) or getattr(getattr(x, "data", None), "flags", None)
+        ok = getattr(flags, "c_contiguous", True)             # numpy, SimArray; else trust
+    if not ok:
+        raise ValueError(f"{name} must be contiguous (row-major); "
+                         f"pass a contiguous copy")
 
 
 def _check_bool(name, value) -> bool:
@@ -263,9 +278,9 @@ def _check_scale(scale, head_dim) -> float:
         value = float(scale)
     except (TypeError, ValueError):
         raise TypeError(f"scale must be a float, got {scale!r}") from None
-    # > 0: the kernels take the row max of the raw scores before scaling.
-    if not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+    # any finite value: 0 gives uniform weights (plus mask), negative flips the scores
+    if not math.isfinite(value):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
     return value
 
 

@@ -55,13 +55,16 @@ def test_fully_masked_rows_are_zero_not_nan(kernel):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_scale_argument(kernel):
-    spec = parse_spec("1x2x65x64/fp16/noncausal")
+@pytest.mark.parametrize("case", ["1x2x65x64/fp16/noncausal", "1x2x65:90x64/fp16/causal/mask"])
+def test_scale_argument_zero_and_negative_included(kernel, case):
+    spec = parse_spec(case)
     inp = make_inputs(spec, seed=11)
-    for scale in (0.05, 0.3):
-        out, _ = simulate_fmha(kernel, inp.q, inp.k, inp.v, scale=scale)
-        ref = attention_f64(inp.q, inp.k, inp.v, scale=scale)
-        assert rel_l2(out, ref) <= 1e-3
+    for scale in (0.05, 0.3, 0.0, -0.2):
+        out, _ = simulate_fmha(kernel, inp.q, inp.k, inp.v, mask=inp.mask, causal=spec.causal,
+                               scale=scale)
+        ref = attention_f64(inp.q, inp.k, inp.v, mask=inp.mask, causal=spec.causal, scale=scale)
+        assert nonfinite_count(out) == 0
+        assert rel_l2(out, ref) <= 1e-3, scale
 
 
 @st.composite

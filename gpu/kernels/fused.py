@@ -30,7 +30,7 @@ ConstBool = ct.Constant[bool]
 # --------------------------------------------------------------------------------------
 @ct.kernel
 def fmha_fwd_kernel(Q, K, V, Out, Mask,
-                    scale: float,            # softmax scale (float32 on the GPU), > 0
+                    scale: float,            # softmax scale (float32 on the GPU), any finite
                     HEAD_DIM: ConstInt,      # tile width of D (power of two >= Q's D)
                     HEAD_DIM_V: ConstInt,    # tile width of Dv (power of two >= V's Dv)
                     TILE_M: ConstInt,        # query rows per block
@@ -66,13 +66,11 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
     diag = seq_k - seq_q
 
-    # scale and log2(e) folded into one multiplier, applied to raw Q K^T scores.
-    # Because scale > 0 (the host checks), the row max can be taken on the raw scores
-    # and scaled afterwards: one multiply per row instead of one per score.
+    # scale and log2(e) folded into one multiplier: scores live in log2 units,
+    # s = (Q K^T * scale + M) * log2(e), so exp2(s - max) is the softmax numerator.
+    # The scores are scaled before the row max (not after) so that 0 and negative
+    # scales are right too; the mask is scaled by log2(e) alone (never by 1/scale).
     qk_scale_log2 = scale * LOG2E
-    # An additive mask M is brought into raw-score units (M / scale) so that one
-    # multiply by qk_scale_log2 still yields (QK^T*scale + M) * log2(e).
-    inv_scale = 1.0 / scale
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
@@ -114,13 +112,13 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
                       order=(0, 1, 3, 2),            # K^T via the load's axis order
                       padding_mode=ct.PaddingMode.ZERO).reshape((HEAD_DIM, TILE_N))
         qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
-        qk = ct.mma(q, k_t, qk)
+        qk = ct.mma(q, k_t, qk) * qk_scale_log2          # scores in log2 units
 
         if HAS_MASK:
             m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
                              shape=(1, 1, TILE_M, TILE_N),
                              padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_N))
-            qk = qk + m_tile * inv_scale
+            qk = qk + m_tile * LOG2E
 
         if j >= mask_from:
             # Boundary tile only: keys past Sk (ragged end) and, if causal, keys right of
@@ -132,7 +130,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
             qk = ct.where(keep, qk, NEG_INF)
 
         m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
-                                             qk_scale_log2, TILE_N, HEAD_DIM_V, Q.dtype)
+                                             TILE_N, HEAD_DIM_V, Q.dtype)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -144,16 +142,15 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
 
 
-def _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j, qk_scale_log2,
+def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
                          TILE_N, HEAD_DIM_V, in_dtype):
-    """Fold one key tile of raw scores ``qk`` [TM, TN] into (m_i, l_i, acc)."""
-    # New running max in log2 units (valid because qk_scale_log2 > 0).
-    m_new = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale_log2)
+    """Fold one key tile of scores ``s`` [TM, TN] (log2 units) into (m_i, l_i, acc)."""
+    m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
     # A row with every key masked so far has m_new == -inf; subtracting it would give
     # exp2(-inf - -inf) = NaN. Subtract 0 instead: its scores are -inf, so p == 0.
     m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
 
-    p = ct.exp2(qk * qk_scale_log2 - m_safe, flush_to_zero=True)       # [TM, TN]
+    p = ct.exp2(s - m_safe, flush_to_zero=True)                         # [TM, TN]
     alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)                   # rescale old state
     l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
 
