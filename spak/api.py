@@ -18,8 +18,9 @@ It mirrors ``torch.nn.functional.scaled_dot_product_attention`` where they overl
   (spak.tuned) for this GPU, else gpu.plan.default_tiles(D, arch).
 
 Every input is validated before anything runs (ValueError / TypeError naming the argument
-and the accepted values). Non-contiguous inputs are copied. NaN/inf inside q/k/v propagate
-into the rows they touch, as in SDPA. Forward only (no autograd).
+and the accepted values). Non-contiguous inputs are copied. Values inside q/k/v are not
+checked (NaN/inf propagation is issue 8's to pin down; with scale=0, q is replaced by zeros,
+so NaN in q does not reach the output). Forward only (no autograd).
 
 ``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake
 implementation), so ``torch.compile`` graphs can hold it.

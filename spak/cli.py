@@ -29,7 +29,8 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES", "parse_tiles", "shape_arg"
            "format_table", "format_row", "summary_line", "TABLE_HEADER"]
 
 #: Modules holding a `register(subparsers)`; "spak.cli" registers `sim`, "spak.gpurun" `run`.
-COMMAND_MODULES: list[str] = ["spak.cli", "spak.gpurun"]
+COMMAND_MODULES: list[str] = ["spak.cli", "spak.gpurun", "spak.plan_runner", "spak.compile_cmd",
+                               "spak.sweep", "spak.store", "spak.report"]
 
 KERNELS = ("fused", "naive")
 

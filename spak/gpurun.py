@@ -241,6 +241,25 @@ def reference_f64(spec, q, k, v, mask, scale: float):
     return out
 
 
+def _dead_rows(sdpa_mask):
+    """[.., Sq, 1] True where SDPA's mask lets a query row see no key, or None.
+
+    SDPA's output on such rows is not zero (NaN, or in recent versions a mean of V);
+    SPAK's convention is zero. Comparisons with SDPA zero those rows on SDPA's side."""
+    import torch
+    if sdpa_mask is None:
+        return None
+    if sdpa_mask.dtype == torch.bool:
+        return ~sdpa_mask.any(dim=-1, keepdim=True)
+    return torch.isneginf(sdpa_mask).all(dim=-1, keepdim=True)
+
+
+def _zero_dead(o, dead):
+    import torch
+    o = torch.nan_to_num(o, nan=0.0)
+    return o if dead is None else o.masked_fill(dead, 0.0)
+
+
 def _rel_l2(a, b) -> float:
     import torch
     a, b = a.double(), b.double()
@@ -251,9 +270,15 @@ def _rel_l2(a, b) -> float:
     return num / den
 
 
-def _sdpa_args(spec, mask, device):
-    """(attn_mask, is_causal) giving bottom-right causal semantics in SDPA."""
+def _sdpa_args(spec, mask, device, dtype=None):
+    """(attn_mask, is_causal) giving bottom-right causal semantics in SDPA.
+
+    An additive mask is handed to SDPA in the query's dtype (``dtype``): SDPA documents
+    attn_mask as bool or the query's dtype, and on CUDA (torch 2.11) a float32 mask with
+    fp16/bf16 queries gave wrong outputs (seen on an H200, 2026-11-22)."""
     import torch
+    if mask is not None and mask.dtype != torch.bool and dtype is not None:
+        mask = mask.to(dtype)
     if not spec.causal:
         return mask, False
     if spec.Sq == spec.Sk and mask is None:
@@ -360,11 +385,12 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
     sets = [(q, k, v)] + [_make_gpu_inputs(spec, args.seed, i)[:3] for i in range(1, n_sets)]
 
     ref = reference_f64(spec, q, k, v, mask, scale)
-    sdpa_mask, sdpa_causal = _sdpa_args(spec, mask, q.device)
+    sdpa_mask, sdpa_causal = _sdpa_args(spec, mask, q.device, q.dtype)
     gqa = spec.Hq != spec.Hkv
     sdpa_ref = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=sdpa_mask, is_causal=sdpa_causal, scale=scale, enable_gqa=gqa)
-    sdpa_ref = torch.nan_to_num(sdpa_ref, nan=0.0)   # SDPA: NaN on fully-masked rows
+    dead = _dead_rows(sdpa_mask)
+    sdpa_ref = _zero_dead(sdpa_ref, dead)
 
     def finish(row):
         row = {**env.base, **case, **row}
@@ -404,11 +430,10 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
             row["rel_l2"] = _rel_l2(out, ref)
             row["max_abs"] = float((out.double() - ref).abs().max()) if out.numel() else 0.0
             row["rel_l2_vs_sdpa"] = _rel_l2(out, sdpa_ref)
-            if spec.mask is not None:
-                dead = torch.isneginf(kmask.amax(dim=-1))      # [MB, MH, Sq] fully masked
-                row["masked_rows_zero"] = bool((out.masked_select(
-                    torch.broadcast_to(dead, out.shape[:3])[..., None].expand(out.shape))
-                    == 0).all())
+            if dead is not None:     # rows that see no key (mask, or causal Sq > Sk)
+                sel = torch.broadcast_to(dead, out.shape[:3] + (1,)).expand(out.shape)
+                row["dead_rows"] = int(torch.broadcast_to(dead, out.shape[:3] + (1,)).sum())
+                row["masked_rows_zero"] = bool((out.masked_select(sel) == 0).all())
             row["passed"] = (row["nonfinite"] == 0 and row["rel_l2"] <= GATES[spec.dtype]
                              and row.get("masked_rows_zero", True))
             if not args.no_sim:
@@ -453,7 +478,7 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                         finish(row)
                         continue
                     row["nonfinite"] = int((~torch.isfinite(o)).sum())
-                    row["rel_l2"] = _rel_l2(torch.nan_to_num(o, nan=0.0), ref)
+                    row["rel_l2"] = _rel_l2(_zero_dead(o, dead), ref)
                     del o
                     row.update(time_events(
                         lambda i: F(*sets[i], attn_mask=sdpa_mask, is_causal=sdpa_causal,

@@ -8,14 +8,17 @@ overrides the path):
      "configs": [
        {"gpu": "NVIDIA H100 80GB HBM3", "kernel": "fused", "dtype": "fp16",
         "head_dim": 64, "causal": false, "seq_bucket": 4096,
-        "tiles": {"TILE_M": 64, "TILE_N": 64},
+        "tiles": {"TILE_M": 64, "TILE_N": 64, "occupancy": 2},
         "tflops": 431.0, "date": "2026-11-22", "source": "results/sweep-....jsonl"}]}
 
 Only gpu/kernel/dtype/head_dim/causal/seq_bucket/tiles are needed for a lookup; the other
-fields record what chose the entry. `seq_bucket` is `seq_bucket(Sk)`: the power of two at or
-above the key length (at least 128). A lookup takes the entry of the same bucket, else the
-one of the nearest bucket (in log2) for the same (gpu, kernel, dtype, head_dim, causal),
-else None (the caller then uses gpu.plan.default_tiles).
+fields record what chose the entry (spak/store.py writes them). `tiles` always holds TILE_M
+and TILE_N, and the kernel hints `occupancy` / `num_ctas` when the sweep chose them (absent:
+cuTile's auto; gpu.variants.apply_hints applies them). `seq_bucket` is `seq_bucket(Sk)`: the
+power of two at or above the key length (at least 128). A lookup takes the entry of the same
+bucket, else the one of the nearest bucket (in log2) for the same (gpu, kernel, dtype,
+head_dim, causal), the larger bucket on a tie, else None (the caller then uses
+gpu.plan.default_tiles). The GPU name must match exactly.
 
 Numpy/torch free; reading the file is cached per (path, mtime).
 """
@@ -133,7 +136,8 @@ def lookup(gpu_name: str, kernel: str, dtype, head_dim: int, causal: bool, seq_l
         if (e["gpu"], e["kernel"], e["dtype"], int(e["head_dim"]), bool(e["causal"])) != want:
             continue
         dist = abs(int(e["seq_bucket"]).bit_length() - bucket.bit_length())
-        if best_dist is None or dist < best_dist:
+        if best_dist is None or dist < best_dist or (
+                dist == best_dist and int(e["seq_bucket"]) > int(best["seq_bucket"])):
             best, best_dist = e, dist
     return dict(best["tiles"]) if best is not None else None
 

@@ -1,0 +1,322 @@
+"""`spak compile`: compile every kernel variant a plan names, for each target arch, on the CPU.
+
+cuTile's front end plus tileiras (the nvidia-cuda-tileiras wheel) turn each kernel into a
+cubin for an ``sm_XX`` without a GPU, through ``gpu.compile.compile_variant``. CI runs
+this, so a kernel that would not compile for the RTX 5070 (sm_120) or the L4 (sm_89)
+fails CI although nobody here owns one.
+
+    spak compile                                   # the plan's variants, its target archs
+    spak compile --arch sm_90,sm_120,sm_89
+    spak compile --arch sm_120 --kernel fused --json
+    spak compile --sweep                           # also every sweep tile pair, per arch
+
+Before compiling, the tileiras that cuTile will run is asked which ``--gpu-name`` values it
+accepts (``tileiras --help``). An arch it does not list is reported as "arch not supported
+by this tileiras" and counts as a failure: tileiras 13.4 lists sm_80 ... sm_121, including
+sm_89, sm_90 and sm_120, so a refusal means the wrong compiler is installed.
+
+Exit status: 0 every variant compiled, 1 any failure or unsupported arch, 2 bad usage or
+a malformed plan.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Callable, Iterable, Optional
+
+__all__ = ["register", "cmd_compile", "CompileItem", "plan_items", "sweep_items",
+           "supported_archs", "compile_items", "format_rows", "summarize"]
+
+
+class CompileItem(dict):
+    """One thing to compile: kernel, arch, dtype, head_dim, causal, mask, tiles (None: default)."""
+
+    @property
+    def label(self) -> str:
+        s = (f"{self['kernel']} {self['dtype']} D={self['head_dim']} "
+             f"{'causal' if self['causal'] else 'noncausal'}{' mask' if self['mask'] else ''}")
+        return s
+
+
+_DT = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def plan_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None) -> list:
+    """Every (kernel, arch, variant) the plan's steps name, restricted to archs/kernels."""
+    archs, kernels = list(archs), (None if kernels is None else set(kernels))
+    items = []
+    seen = set()
+    for s in plan.steps:
+        if s.kernel is None or (kernels is not None and s.kernel not in kernels):
+            continue
+        for v in s.compile_variants:
+            for arch in archs:
+                key = (s.kernel, arch, v)
+                if key in seen:
+                    continue
+                seen.add(key)
+                items.append(CompileItem(kernel=s.kernel, arch=arch, dtype=v.dtype,
+                                         head_dim=v.head_dim, causal=v.causal, mask=v.mask,
+                                         tiles=dict(v.tiles) if v.tiles else None,
+                                         source=f"steps[{s.index}] {s.id}"))
+    return items
+
+
+def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None) -> list:
+    """Each arch's sweep tile pairs for each sweep step's kernel: fp16, D=64 and 128, non-causal.
+
+    occupancy and num_ctas are launch hints the sweeper sets; they are not compiled here.
+    """
+    items = []
+    for s in plan.steps:
+        if s.kind != "sweep" or (kernels is not None and s.kernel not in set(kernels)):
+            continue
+        for arch in archs:
+            if arch not in plan.sweep:
+                continue
+            for tm, tn in plan.sweep[arch].tile_pairs():
+                for d in (64, 128):
+                    items.append(CompileItem(kernel=s.kernel, arch=arch, dtype="fp16",
+                                             head_dim=d, causal=False, mask=False,
+                                             tiles={"TILE_M": tm, "TILE_N": tn},
+                                             source=f"sweep.{arch}"))
+    return items
+
+
+# ------------------------------------------------------------------ tileiras archs
+
+def _tileiras_path() -> Optional[str]:
+    try:
+        from spak import gpu_env
+        path, _ = gpu_env.find_tileiras(gpu_env.wheel_versions(), os.environ,
+                                        gpu_env._wheel_tileiras())
+        return path
+    except Exception:  # noqa: BLE001 -- no diagnosis module: no path
+        return None
+
+
+def supported_archs(tileiras: Optional[str] = "auto") -> tuple[Optional[list[str]], str]:
+    """(the --gpu-name values the tileiras cuTile runs accepts, how that was found).
+
+    None when no tileiras can be asked (then every compile fails and says why itself).
+    """
+    path = _tileiras_path() if tileiras == "auto" else tileiras
+    if not path:
+        return None, "no tileiras found (see `python -m spak.gpu_env`)"
+    try:
+        out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"`{path} --help` failed: {e}"
+    archs = re.findall(r"=\s*(sm_\d+[a-z]?)\b", out.stdout + out.stderr)
+    if not archs:
+        return None, f"`{path} --help` lists no --gpu-name values"
+    return sorted(set(archs), key=lambda a: int(re.sub(r"\D", "", a))), path
+
+
+# ------------------------------------------------------------------------ compile
+
+def _compile_one(item: dict) -> dict:
+    from gpu.compile import compile_variant
+    from gpu.plan import default_tiles
+    tiles = item.get("tiles") or default_tiles(item["head_dim"], item["arch"])
+    r = compile_variant(item["kernel"], arch=item["arch"], dtype=_DT[item["dtype"]],
+                        head_dim=item["head_dim"], causal=item["causal"],
+                        has_mask=item["mask"], tiles=dict(tiles))
+    return {**item, "tiles": dict(tiles), "status": "ok" if r["ok"] else "FAIL",
+            "ok": bool(r["ok"]), "seconds": r["seconds"], "cubin_bytes": r["cubin_bytes"],
+            "error": r["error"], "kernels": r.get("kernels", [])}
+
+
+def compile_items(items: list, *, jobs: int = 1, supported: Optional[list[str]] = None,
+                  progress: Optional[Callable[[dict, int, int], None]] = None,
+                  compile_one: Optional[Callable[[dict], dict]] = None) -> list[dict]:
+    """Compile each item (in `jobs` processes); items for an arch outside `supported` are
+    not compiled but reported with status "unsupported". Rows come back in item order.
+    compile_one(item) -> row: default `_compile_one` (gpu.compile.compile_variant)."""
+    compile_one = compile_one or _compile_one
+    rows: list[Optional[dict]] = [None] * len(items)
+    todo = []
+    n = len(items)
+    done = 0
+    for i, it in enumerate(items):
+        if supported is not None and it["arch"] not in supported:
+            rows[i] = {**it, "status": "unsupported", "ok": False, "seconds": 0.0,
+                       "cubin_bytes": 0, "kernels": [],
+                       "error": f"arch not supported by this tileiras ({it['arch']} is not "
+                                f"among its --gpu-name values)"}
+            done += 1
+            if progress:
+                progress(rows[i], done, n)
+        else:
+            todo.append(i)
+    if jobs <= 1 or len(todo) <= 1:
+        for i in todo:
+            rows[i] = _safe(compile_one, items[i])
+            done += 1
+            if progress:
+                progress(rows[i], done, n)
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as ex:
+            futs = {ex.submit(_safe, compile_one, items[i]): i for i in todo}
+            for f in cf.as_completed(futs):
+                i = futs[f]
+                try:
+                    rows[i] = f.result()
+                except Exception as e:  # noqa: BLE001 -- a dead worker is a failed row
+                    rows[i] = {**items[i], "status": "FAIL", "ok": False, "seconds": 0.0,
+                               "cubin_bytes": 0, "kernels": [],
+                               "error": f"{type(e).__name__}: {e}"}
+                done += 1
+                if progress:
+                    progress(rows[i], done, n)
+    return rows  # type: ignore[return-value]
+
+
+def _safe(fn, item):
+    try:
+        return fn(item)
+    except Exception as e:  # noqa: BLE001 -- compile_variant should not raise; never crash
+        return {**item, "status": "FAIL", "ok": False, "seconds": 0.0, "cubin_bytes": 0,
+                "kernels": [], "error": f"{type(e).__name__}: {e}"}
+
+
+# ------------------------------------------------------------------------- output
+
+HEADER = f"{'variant':<38} {'arch':<7} {'tiles':<8} {'result':<11} {'seconds':>8} {'cubin':>10}"
+
+
+def format_row(r: dict) -> str:
+    t = r.get("tiles")
+    tiles = f"{t['TILE_M']}x{t['TILE_N']}" if t else "default"
+    label = CompileItem(r).label
+    line = (f"{label:<38} {r['arch']:<7} {tiles:<8} {r['status']:<11} "
+            f"{r['seconds']:>8.2f} {r['cubin_bytes']:>10,}")
+    if r.get("error"):
+        line += "\n    " + str(r["error"]).strip().splitlines()[0][:300]
+    return line
+
+
+def format_rows(rows: list[dict]) -> str:
+    return "\n".join([HEADER, *(format_row(r) for r in rows)])
+
+
+def summarize(rows: list[dict]) -> dict:
+    per = {}
+    for r in rows:
+        a = per.setdefault(r["arch"], {"variants": 0, "ok": 0, "failed": 0, "unsupported": 0,
+                                       "seconds": 0.0, "cubin_bytes": 0})
+        a["variants"] += 1
+        a["ok"] += r["status"] == "ok"
+        a["failed"] += r["status"] == "FAIL"
+        a["unsupported"] += r["status"] == "unsupported"
+        a["seconds"] += r["seconds"]
+        a["cubin_bytes"] += r["cubin_bytes"]
+    return {"variants": len(rows), "ok": sum(r["ok"] for r in rows),
+            "failed": sum(r["status"] == "FAIL" for r in rows),
+            "unsupported": sum(r["status"] == "unsupported" for r in rows),
+            "seconds": sum(r["seconds"] for r in rows), "per_arch": per}
+
+
+def summary_line(s: dict, wall: float) -> str:
+    per = ", ".join(f"{a} {v['ok']}/{v['variants']} ({v['seconds']:.1f} s)"
+                    + (" UNSUPPORTED" if v["unsupported"] else "")
+                    for a, v in s["per_arch"].items())
+    bad = s["failed"] + s["unsupported"]
+    return (f"{s['ok']}/{s['variants']} variants compiled ({per})"
+            + (f", {bad} FAILED" if bad else "") + f"; {wall:.1f} s wall")
+
+
+# ------------------------------------------------------------------------ command
+
+def _arch_list(text: str) -> list[str]:
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    for a in archs:
+        if not re.fullmatch(r"sm_\d+[a-z]?", a):
+            raise argparse.ArgumentTypeError(f"{a!r} is not an arch such as sm_90")
+    if not archs:
+        raise argparse.ArgumentTypeError("no arch given")
+    return archs
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from spak.plan import PlanError, load_plan
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as e:
+        print(f"spak compile: {e}", file=sys.stderr)
+        return 2
+    archs = args.arch or plan.archs
+    kernels = [args.kernel] if args.kernel else None
+    items = plan_items(plan, archs, kernels)
+    if args.sweep:
+        items += sweep_items(plan, archs, kernels)
+    if not items:
+        print("spak compile: the plan names no kernel variant to compile"
+              + (f" for kernel {args.kernel}" if args.kernel else ""), file=sys.stderr)
+        return 2
+    if args.list:
+        for it in items:
+            print(f"{it.label:<38} {it['arch']}")
+        return 0
+    supported, how = supported_archs()
+    log = sys.stderr if args.json else sys.stdout
+    print(f"spak compile: {len(items)} variant(s) of plan {plan.name!r} for "
+          f"{', '.join(archs)}; tileiras: {how}"
+          + (f" (accepts {', '.join(supported)})" if supported else ""), file=log, flush=True)
+    for a in archs:
+        if supported is not None and a not in supported:
+            print(f"  {a}: arch not supported by this tileiras; its variants are failures",
+                  file=log, flush=True)
+    print(HEADER, file=log, flush=True)
+    t0 = time.perf_counter()
+    rows = compile_items(items, jobs=args.jobs, supported=supported,
+                         progress=lambda r, i, n: print(format_row(r), file=log, flush=True))
+    wall = time.perf_counter() - t0
+    s = summarize(rows)
+    print(summary_line(s, wall), file=log, flush=True)
+    doc = {"command": "compile", "plan": str(plan.path), "archs": archs,
+           "tileiras": how, "tileiras_archs": supported, "rows": rows,
+           "summary": {**s, "wall_seconds": wall}}
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    return 0 if s["failed"] == 0 and s["unsupported"] == 0 else 1
+
+
+DESCRIPTION = __doc__.split("\n\n", 1)[1].split("Exit status")[0].rstrip() + """
+
+Exit status: 0 every variant compiled, 1 a variant failed or an arch is unsupported,
+2 bad usage or a malformed plan."""
+
+
+def register(subparsers) -> None:
+    """Add `spak compile`."""
+    p = subparsers.add_parser(
+        "compile", help="compile the plan's kernel variants to cubins for each arch (no GPU)",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", type=_arch_list, default=None, metavar="SM[,SM...]",
+                   help="comma-separated archs, e.g. sm_90,sm_120,sm_89 (default: the plan's "
+                        "targets)")
+    p.add_argument("--plan", default=None, metavar="PLAN",
+                   help="plan file (default: plans/fmha.toml)")
+    p.add_argument("--kernel", default=None, help="only this kernel (default: all the plan's)")
+    p.add_argument("--sweep", action="store_true",
+                   help="also compile every (TILE_M, TILE_N) of each arch's sweep space "
+                        "(fp16, D 64 and 128)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="compile in N processes (default 1)")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (the table goes to stderr)")
+    p.add_argument("--list", action="store_true", help="list the variants and exit")
+    p.set_defaults(func=cmd_compile)

@@ -1,0 +1,125 @@
+"""`spak compile`: the plan's kernel variants compiled per arch with tileiras, on the CPU.
+
+One real compile (a small variant for sm_120, a few seconds); the rest uses a fake
+compiler to check selection, unsupported archs and exit statuses.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import spak.cli as cli
+import spak.compile_cmd as cc
+from spak.plan import load_plan
+
+ONE_VARIANT = """
+schema = 1
+name = "one"
+title = "one small variant"
+
+[targets.sm_90]
+gpus = ["h100-sxm"]
+[targets.sm_120]
+gpus = ["rtx-5070"]
+[targets.sm_89]
+gpus = ["l4"]
+
+[[steps]]
+id = "fused"
+title = "fused"
+kind = "kernel"
+kernel = "fused"
+shapes = ["1x1x16x64/fp16/noncausal"]
+[steps.gates.cpu]
+rel_l2 = { fp16 = 1e-3, bf16 = 8e-3 }
+[steps.gates.cpu.compile]
+archs = ["sm_90", "sm_120", "sm_89"]
+variants = [{ dtype = "fp16", head_dim = 64, causal = false, mask = false, tiles = { TILE_M = 32, TILE_N = 32 } }]
+"""
+
+
+@pytest.fixture
+def one(tmp_path):
+    p = tmp_path / "one.toml"
+    p.write_text(ONE_VARIANT)
+    return p
+
+
+def fake_ok(item):
+    return {**item, "tiles": item.get("tiles") or {"TILE_M": 64, "TILE_N": 64},
+            "status": "ok", "ok": True, "seconds": 0.5, "cubin_bytes": 1000, "error": None,
+            "kernels": []}
+
+
+@pytest.mark.slow
+def test_compiles_one_small_variant_for_real(one, tmp_path, capsys):
+    pytest.importorskip("cuda.tile")
+    out = tmp_path / "compile.json"
+    rc = cli.main(["compile", "--plan", str(one), "--arch", "sm_120", "--json",
+                   "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    assert doc == json.loads(out.read_text())
+    (row,) = doc["rows"]
+    assert row["ok"] and row["status"] == "ok" and row["arch"] == "sm_120"
+    assert row["cubin_bytes"] > 10_000 and row["seconds"] > 0
+    assert row["tiles"] == {"TILE_M": 32, "TILE_N": 32}
+    assert "sm_120" in (doc["tileiras_archs"] or [])
+    assert "1/1 variants compiled" in cap.err
+
+
+def test_tileiras_lists_the_target_archs():
+    archs, how = cc.supported_archs()
+    if archs is None:
+        pytest.skip(how)
+    assert {"sm_89", "sm_90", "sm_120"} <= set(archs)
+
+
+def test_plan_items_cover_every_variant_and_arch():
+    plan = load_plan()
+    items = cc.plan_items(plan, ["sm_90", "sm_120", "sm_89"])
+    assert len(items) == 12           # 2 kernels x 2 variants x 3 archs
+    assert {(i["kernel"], i["arch"]) for i in items} == {
+        (k, a) for k in ("naive", "fused") for a in ("sm_90", "sm_120", "sm_89")}
+    assert len(cc.plan_items(plan, ["sm_120"], ["fused"])) == 2
+    sw = cc.sweep_items(plan, ["sm_90"])
+    sp = plan.sweep_space("sm_90")
+    assert len(sw) == 2 * len(sp.TILE_M) * len(sp.TILE_N)
+
+
+def test_unsupported_arch_is_reported_and_fails(one, monkeypatch, capsys):
+    called = []
+    monkeypatch.setattr(cc, "supported_archs", lambda *a, **k: (["sm_90", "sm_120"], "fake"))
+    monkeypatch.setattr(cc, "_compile_one", lambda it: called.append(it["arch"]) or fake_ok(it))
+    rc = cli.main(["compile", "--plan", str(one)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "sm_89: arch not supported by this tileiras" in out
+    assert called == ["sm_90", "sm_120"]          # sm_89 was not attempted
+    assert "UNSUPPORTED" in out and "2/3 variants compiled" in out
+
+
+def test_a_failed_variant_fails_the_command(one, monkeypatch, capsys):
+    def fail_89(item):
+        r = fake_ok(item)
+        if item["arch"] == "sm_89":
+            r.update(ok=False, status="FAIL", error="TileCompileError: nope")
+        return r
+    monkeypatch.setattr(cc, "supported_archs", lambda *a, **k: (None, "fake"))
+    monkeypatch.setattr(cc, "_compile_one", fail_89)
+    assert cli.main(["compile", "--plan", str(one), "--arch", "sm_90,sm_89"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "TileCompileError: nope" in out
+    monkeypatch.setattr(cc, "_compile_one", fake_ok)
+    assert cli.main(["compile", "--plan", str(one), "--arch", "sm_90,sm_89"]) == 0
+
+
+def test_usage_errors(one, capsys):
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["compile", "--arch", "hopper"])
+    assert ei.value.code == 2
+    assert "not an arch such as sm_90" in capsys.readouterr().err
+    assert cli.main(["compile", "--plan", str(one), "--kernel", "naive"]) == 2
+    assert cli.main(["compile", "--plan", str(one), "--list"]) == 0

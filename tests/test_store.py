@@ -1,0 +1,160 @@
+"""The tuned-config store: choosing entries from sweep results, the round trip through
+spak.tuned.lookup (what spak.fmha reads), and the bucket rule."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spak import store, tuned
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def row(case_S, cid, tflops, *, D=64, causal=False, status="ok", gpu=GPU, default=False,
+        occ=None, ctas=None, tm=None, tn=None, dtype="fp16", date="2026-11-22T01:00:00Z"):
+    B = max(1, 16384 // case_S)
+    if tm is None:
+        tm, tn = (int(x) for x in cid.split("/")[0].split("x")) if not default else (64, 64)
+    return {"schema": "spak.sweep/1", "kind": "result", "gpu": gpu, "kernel": "fused",
+            "case": f"{B}x{2048 // D}x{case_S}x{D}/{dtype}/{'causal' if causal else 'noncausal'}",
+            "B": B, "Hq": 2048 // D, "Hkv": 2048 // D, "Sq": case_S, "Sk": case_S, "D": D,
+            "dtype": dtype, "causal": causal,
+            "provider": "spak-fused-default" if default else "spak-fused",
+            "config_id": "default" if default else cid,
+            "config": {"TILE_M": tm, "TILE_N": tn, "occupancy": occ, "num_ctas": ctas},
+            "status": status, "tflops": tflops if status == "ok" else None, "date": date,
+            "commit": "c0ffee", "sweep_id": "s1"}
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_choose_scores_by_geomean_and_default_competes():
+    rows = [row(1000, "64x128/o2", 400, tn=128, occ=2), row(1024, "64x128/o2", 300, tn=128, occ=2),
+            row(1000, "128x64/o1", 350, occ=1), row(1024, "128x64/o1", 350, occ=1),
+            row(1000, "x", 200, default=True), row(1024, "x", 200, default=True),
+            # measured on one shape only: cannot win a two-shape bucket
+            row(1000, "64x64/o1", 900, occ=1),
+            # failures never compete
+            row(1000, "128x128/o2", None, status="timeout", occ=2),
+            row(1024, "128x128/o2", None, status="timeout", occ=2)]
+    (e,) = store.choose(rows)
+    assert e["seq_bucket"] == 1024 and e["head_dim"] == 64 and not e["causal"]
+    # geomean(400, 300) = 346.4 < geomean(350, 350) = 350
+    assert e["tiles"] == {"TILE_M": 128, "TILE_N": 64, "occupancy": 1}
+    assert e["tflops"] == 350.0 and e["default_tflops"] == 200.0
+    assert e["speedup_vs_default"] == 1.75 and e["commit"] == "c0ffee"
+    assert e["cases"] == sorted({r["case"] for r in rows[:2]}) and e["date"] == "2026-11-22"
+    # the default tiles win when nothing beats them; hints-free configs only with tiles_only
+    rows2 = [row(4096, "x", 500, default=True), row(4096, "64x64/o2", 450, occ=2)]
+    (d,) = store.choose(rows2)
+    assert d["tiles"] == {"TILE_M": 64, "TILE_N": 64} and d["config_id"].startswith("default")
+    (t,) = store.choose(rows[:6], tiles_only=True)
+    assert t["config_id"].startswith("default")
+
+
+def test_update_store_round_trip_and_lookup_rule(tmp_path, monkeypatch):
+    res = write(tmp_path / "sweep.jsonl", [
+        row(512, "64x64/o1", 300, occ=1), row(512, "x", 250, default=True),
+        row(4096, "128x128/o2", 500, tm=128, tn=128, occ=2),
+        row(16384, "64x128", 520, tn=128),
+        row(4096, "64x128/c2", 600, D=128, causal=True, tn=128, ctas=2),
+        row(4096, "64x64/o1", 100, gpu="NVIDIA H200", occ=1)])
+    path = tmp_path / "tuned.json"
+    lines = store.update_store([res], path)
+    assert lines[-1].startswith("wrote 5 entries")
+    doc = json.loads(path.read_text())
+    assert doc["version"] == tuned.FORMAT_VERSION and len(doc["configs"]) == 5
+    assert all(e["source"].endswith("sweep.jsonl") for e in doc["configs"])
+
+    def look(*a, **kw):
+        return tuned.lookup(*a, path=path, strict=True, **kw)
+    # exact bucket; hints come back with the tiles
+    assert look(GPU, "fused", "fp16", 64, False, 4096) == \
+        {"TILE_M": 128, "TILE_N": 128, "occupancy": 2}
+    # same bucket for Sk = 3000 (bucket 4096); torch-style dtype names
+    assert look(GPU, "fused", "float16", 64, False, 3000)["TILE_M"] == 128
+    # nearest bucket in log2: 600 -> 1024, nearest 512 (one step) over 4096 (two)
+    assert look(GPU, "fused", "fp16", 64, False, 600) == {"TILE_M": 64, "TILE_N": 64,
+                                                          "occupancy": 1}
+    # a tie: the store has buckets 512, 4096 and 16384; 8192 is one step from 4096 and one
+    # from 16384 -> the larger bucket wins
+    assert look(GPU, "fused", "fp16", 64, False, 8192) == {"TILE_M": 64, "TILE_N": 128}
+    assert look(GPU, "fused", "fp16", 64, False, 1 << 20) == {"TILE_M": 64, "TILE_N": 128}
+    assert look(GPU, "fused", "fp16", 64, False, 1)["TILE_M"] == 64      # bucket 128 -> 512
+    # other keys must match exactly
+    assert look(GPU, "fused", "fp16", 128, False, 4096) is None
+    assert look(GPU, "fused", "bf16", 64, False, 4096) is None
+    assert look(GPU, "naive", "fp16", 64, False, 4096) is None
+    assert look("NVIDIA H100 PCIe", "fused", "fp16", 64, False, 4096) is None
+    assert look("NVIDIA H200", "fused", "fp16", 64, False, 4096) == {"TILE_M": 64, "TILE_N": 64,
+                                                                     "occupancy": 1}
+    assert look(GPU, "fused", "fp16", 128, True, 4096) == {"TILE_M": 64, "TILE_N": 128,
+                                                           "num_ctas": 2}
+    # the default path: $SPAK_TUNED_CONFIGS points spak.fmha's lookup at this store
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(path))
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 512) == {"TILE_M": 64, "TILE_N": 64,
+                                                                  "occupancy": 1}
+    # a newer sweep replaces an entry, keeps the others
+    res2 = write(tmp_path / "sweep2.jsonl", [row(4096, "64x64/o2", 700, occ=2,
+                                                 date="2026-11-23T00:00:00Z")])
+    lines = store.update_store([res2], path)
+    assert any("was 128x128/o2" in ln for ln in lines)
+    doc = json.loads(path.read_text())
+    assert len(doc["configs"]) == 5
+    assert look(GPU, "fused", "fp16", 64, False, 4096) == {"TILE_M": 64, "TILE_N": 64,
+                                                           "occupancy": 2}
+
+
+def test_dry_run_and_empty_results(tmp_path):
+    path = tmp_path / "t.json"
+    res = write(tmp_path / "r.jsonl", [row(512, "64x64", 10, status="crash")])
+    assert store.update_store([res], path) == ["no ok results to choose from: store unchanged"]
+    assert not path.exists()
+    res = write(tmp_path / "r2.jsonl", [row(512, "64x64", 10)])
+    assert "[new]" in store.update_store([res], path, dry_run=True)[0]
+    assert not path.exists()
+
+
+def test_shipped_store_is_valid():
+    doc = tuned.load_store(tuned.DEFAULT_PATH)
+    assert doc["version"] == tuned.FORMAT_VERSION
+    for e in doc["configs"]:
+        assert tuned.seq_bucket(e["seq_bucket"]) == e["seq_bucket"]
+
+
+def test_store_cli(tmp_path):
+    res = write(tmp_path / "r.jsonl", [row(2048, "64x128", 321, tn=128)])
+    path = tmp_path / "t.json"
+    env = {"PYTHONPATH": str(ROOT)}
+
+    def cli(*a):
+        return subprocess.run([sys.executable, "-m", "spak", "store", "--store", str(path), *a],
+                              capture_output=True, text=True, cwd=ROOT,
+                              env={**__import__("os").environ, **env})
+    r = cli("update", str(res))
+    assert r.returncode == 0 and "wrote 1 entries" in r.stdout, r.stderr
+    r = cli("show")
+    assert "64x128" in r.stdout and "321.0" in r.stdout
+    r = cli("lookup", GPU, "fused", "fp16", "64", "no", "2000")
+    assert r.stdout.startswith("64x128")
+    r = cli("lookup", GPU, "fused", "fp16", "64", "yes", "2000")
+    assert r.stdout.startswith("none")
+    path.write_text("{not json")
+    r = cli("show")
+    assert r.returncode == 1 and "cannot read" in r.stderr
+    r = cli("update", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2
+
+
+@pytest.mark.parametrize("n, b", [(0, 128), (1, 128), (128, 128), (129, 256), (1000, 1024),
+                                  (1024, 1024), (1025, 2048), (16384, 16384)])
+def test_buckets(n, b):
+    assert tuned.seq_bucket(n) == b
