@@ -102,7 +102,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     dtype = _dtype_name(q)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tm, tn = _check_tiles(tiles, D)
+    tm, tn, lat_k, lat_v = _check_tiles(tiles, D)
     has_mask = mask is not None
     if has_mask:
         _check_mask(mask, B, Hq, Sq, Sk)
@@ -118,7 +118,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     if kernel_name == "fused":
         return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
                         (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
-                         causal, has_mask), "fused")]
+                         causal, has_mask, lat_k, lat_v), "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory.
     s = alloc((B, Hq, Sq, Sk), "float32")
@@ -284,21 +284,28 @@ def _check_scale(scale, head_dim) -> float:
     return value
 
 
-def _check_tiles(tiles, head_dim) -> tuple[int, int]:
-    t = default_tiles(head_dim)
+#: Kernel Constant knobs a tiles dict may carry besides TILE_M/TILE_N (fused kernel only):
+#: DRAM latency hints for the K and V loads, 1..10, 0 = the compiler's choice.
+LATENCY_KEYS = ("LAT_K", "LAT_V")
+
+
+def _check_tiles(tiles, head_dim) -> tuple[int, int, int, int]:
+    t = dict(default_tiles(head_dim), LAT_K=0, LAT_V=0)
     if tiles is not None:
         if not isinstance(tiles, dict):
             raise TypeError(f"tiles must be a dict with TILE_M and TILE_N, got {tiles!r}")
-        unknown = set(tiles) - {"TILE_M", "TILE_N"}
+        unknown = set(tiles) - {"TILE_M", "TILE_N", *LATENCY_KEYS}
         if unknown:
             raise ValueError(f"tiles: unknown keys {sorted(unknown)}; "
-                             f"accepted: TILE_M, TILE_N")
-        t.update(tiles)
+                             f"accepted: TILE_M, TILE_N, LAT_K, LAT_V")
+        t.update({k: v for k, v in tiles.items() if v is not None})
     for key in ("TILE_M", "TILE_N"):
         n = _check_int(f"tiles[{key!r}]", t[key], MIN_TILE, MAX_TILE)
         if n & (n - 1):
             raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
-    return int(t["TILE_M"]), int(t["TILE_N"])
+    for key in LATENCY_KEYS:
+        _check_int(f"tiles[{key!r}]", t[key], 0, 10)
+    return int(t["TILE_M"]), int(t["TILE_N"]), int(t["LAT_K"]), int(t["LAT_V"])
 
 
 def _cdiv(a: int, b: int) -> int:

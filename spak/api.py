@@ -19,8 +19,8 @@ It mirrors ``torch.nn.functional.scaled_dot_product_attention`` where they overl
 
 Every input is validated before anything runs (ValueError / TypeError naming the argument
 and the accepted values). Non-contiguous inputs are copied. Values inside q/k/v are not
-checked (NaN/inf propagation is issue 8's to pin down; with scale=0, q is replaced by zeros,
-so NaN in q does not reach the output). Forward only (no autograd).
+checked (NaN/inf in q/k/v propagate through the arithmetic as in SDPA; issue 8 pins the
+details down). Forward only (no autograd).
 
 ``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake
 implementation), so ``torch.compile`` graphs can hold it.
@@ -218,13 +218,8 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return out
     if Sk == 0 or k.shape[1] == 0:
         return out.zero_()                     # no keys: every row is fully masked
-    # The kernels need scale > 0 (they take the row max of raw scores before scaling).
-    # scale < 0: negate K (exact in fp16/bf16) and use |scale|. scale == 0: every score
-    # is 0 (+ mask): zero Q and use scale 1, which gives exactly that.
-    if scale < 0:
-        k, scale = -k, -scale
-    elif scale == 0:
-        q, scale = torch.zeros_like(q), 1.0
+    # Any finite scale goes to the kernels as is: they scale the scores before the
+    # row max, so 0 (uniform weights plus mask) and negative scales need no rewrite.
     mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
     with torch.cuda.device(q.device):
         try:

@@ -36,11 +36,13 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
                     TILE_M: ConstInt,        # query rows per block
                     TILE_N: ConstInt,        # keys per inner-loop step
                     CAUSAL: ConstBool,
-                    HAS_MASK: ConstBool):
+                    HAS_MASK: ConstBool,
+                    LAT_K: ConstInt = 0,     # DRAM latency hint for K loads, 1..10; 0: compiler
+                    LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
     bid_m = ct.bid(0)
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
     _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V)
 
 
 def _head_coords(bid_bh, Q, K):
@@ -60,7 +62,7 @@ def _head_coords(bid_bh, Q, K):
 # One block: load Q once, stream K/V tiles, normalise, store.
 # --------------------------------------------------------------------------------------
 def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
@@ -110,7 +112,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
         # S = Q K^T for this key tile, float32 accumulation on the tensor cores.
         k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
                       order=(0, 1, 3, 2),            # K^T via the load's axis order
-                      padding_mode=ct.PaddingMode.ZERO).reshape((HEAD_DIM, TILE_N))
+                      padding_mode=ct.PaddingMode.ZERO,
+                      latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
         qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
         qk = ct.mma(q, k_t, qk) * qk_scale_log2          # scores in log2 units
 
@@ -130,7 +133,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
             qk = ct.where(keep, qk, NEG_INF)
 
         m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
-                                             TILE_N, HEAD_DIM_V, Q.dtype)
+                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -143,7 +146,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
 
 
 def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
-                         TILE_N, HEAD_DIM_V, in_dtype):
+                         TILE_N, HEAD_DIM_V, in_dtype, LAT_V):
     """Fold one key tile of scores ``s`` [TM, TN] (log2 units) into (m_i, l_i, acc)."""
     m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
     # A row with every key masked so far has m_new == -inf; subtracting it would give
@@ -157,7 +160,8 @@ def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
     # P V on the tensor cores: P rounded to the input dtype, accumulation stays float32.
     # Keys past Sk load as zero rows of V (and have p == 0), so they add exactly 0.
     v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
-                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM_V))
+                padding_mode=ct.PaddingMode.ZERO,
+                latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
     acc = ct.mma(p.astype(in_dtype), v, acc * alpha)
     # Keep the true max (possibly -inf), not m_safe: a later finite tile must rescale
     # against its own max, not against the placeholder 0.
