@@ -47,22 +47,23 @@ class Launch:
 # --------------------------------------------------------------------------------------
 # Tiles
 # --------------------------------------------------------------------------------------
-def default_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
-    """Default {"TILE_M", "TILE_N"} for a head dim and a target ("sm_90", "sm_120", ...).
+def default_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict[str, int]:
+    """Default {"TILE_M", "TILE_N"} for a head dim, a target ("sm_90", "sm_120", ...) and
+    the causal flag. The tuned-config store (spak.tuned), when it has an entry, wins.
 
-    sm_90 (H100/H200): TILE_M=64 always; TILE_N=64 up to D=64 and 128 for D=128 — the best
-    tiles measured on this project's H200/H100 for a cuTile FA2-style kernel (DESIGN.md:
-    64x64 at D=64, 64x128 at D=128, 128x128 was not better). For D=256 the [64, 256]
-    float32 accumulator plus K/V tiles is already large, so TILE_N drops back to 64.
+    sm_90 (H100/H200), from ci/perf_probe.py on an H200 with occupancy 2 (results/
+    perf-probe-h200-2026-11-22.md): D<=64: 128x128 non-causal, 128x64 causal (the
+    diagonal wastes less of a narrower key tile); D=128: 64x128 (128x128 spills: half
+    the speed). D=256 keeps the float32 accumulator small: 64x64.
     Other archs (sm_80/86/89/120: smaller shared memory, no wgmma): 64x64 up to D=128,
     64x32 for D=256. Untuned guesses until the sweeper measures them.
     """
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     if arch == "sm_90" or arch.startswith("sm_10"):
-        tile_n = 128 if d == 128 else 64
-    else:
-        tile_n = 32 if d > 128 else 64
-    return {"TILE_M": 64, "TILE_N": tile_n}
+        if d <= 64:
+            return {"TILE_M": 128, "TILE_N": 64 if causal else 128}
+        return {"TILE_M": 64, "TILE_N": 128 if d == 128 else 64}
+    return {"TILE_M": 64, "TILE_N": 32 if d > 128 else 64}
 
 
 def _tile_width(n: int) -> int:
@@ -102,7 +103,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     dtype = _dtype_name(q)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tm, tn, lat_k, lat_v = _check_tiles(tiles, D)
+    tm, tn, lat_k, lat_v = _check_tiles(tiles, D, causal)
     has_mask = mask is not None
     if has_mask:
         _check_mask(mask, B, Hq, Sq, Sk)
@@ -118,7 +119,8 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     if kernel_name == "fused":
         return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
                         (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
-                         causal, has_mask, lat_k, lat_v), "fused")]
+                         causal, has_mask, scale > 0 and not has_mask, lat_k, lat_v),
+                        "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory.
     s = alloc((B, Hq, Sq, Sk), "float32")
@@ -289,8 +291,8 @@ def _check_scale(scale, head_dim) -> float:
 LATENCY_KEYS = ("LAT_K", "LAT_V")
 
 
-def _check_tiles(tiles, head_dim) -> tuple[int, int, int, int]:
-    t = dict(default_tiles(head_dim), LAT_K=0, LAT_V=0)
+def _check_tiles(tiles, head_dim, causal=False) -> tuple[int, int, int, int]:
+    t = dict(default_tiles(head_dim, causal=causal), LAT_K=0, LAT_V=0)
     if tiles is not None:
         if not isinstance(tiles, dict):
             raise TypeError(f"tiles must be a dict with TILE_M and TILE_N, got {tiles!r}")

@@ -84,7 +84,10 @@ def apply_hints(launches: Sequence, hints: Optional[Mapping]) -> list:
 
 
 def split_config(config: Mapping) -> tuple[dict, dict]:
-    """A sweep config {"TILE_M", "TILE_N", "occupancy", "num_ctas"} -> (tiles, hints)."""
-    tiles = {k: int(config[k]) for k in ("TILE_M", "TILE_N") if config.get(k) is not None}
+    """A sweep config -> (tiles, hints): occupancy/num_ctas are hints (decorator options);
+    everything else (TILE_M, TILE_N and kernel knobs such as LAT_K/LAT_V) goes into the
+    tiles dict, which gpu.plan.plan_fmha validates (unknown knobs are refused there).
+    None values are dropped (the plan's default)."""
+    tiles = {k: v for k, v in config.items() if k not in HINT_KEYS and v is not None}
     hints = check_hints({k: config.get(k) for k in HINT_KEYS})
     return tiles, hints

@@ -180,7 +180,7 @@ def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
     """tiles as given (filled up from defaults), else the tuned store's, else the default."""
     from gpu.plan import default_tiles
     arch = device_arch(device)
-    base = default_tiles(D, arch)
+    base = default_tiles(D, arch, causal)
     if tiles:
         return {**base, **tiles}
     from spak import tuned

@@ -123,7 +123,12 @@ def supported_archs(tileiras: Optional[str] = "auto") -> tuple[Optional[list[str
 def _compile_one(item: dict) -> dict:
     from gpu.compile import compile_variant
     from gpu.plan import default_tiles
-    tiles = item.get("tiles") or default_tiles(item["head_dim"], item["arch"])
+    tiles = item.get("tiles")
+    if not tiles:
+        try:      # newer gpu.plan picks tiles per causal flag too
+            tiles = default_tiles(item["head_dim"], item["arch"], causal=item["causal"])
+        except TypeError:
+            tiles = default_tiles(item["head_dim"], item["arch"])
     r = compile_variant(item["kernel"], arch=item["arch"], dtype=_DT[item["dtype"]],
                         head_dim=item["head_dim"], causal=item["causal"],
                         has_mask=item["mask"], tiles=dict(tiles))

@@ -15,6 +15,10 @@ agreement with the simulator, TFLOPS against the arch's floors), and the sweeper
 sweep step. Either part may be missing (another issue builds it): the report then says
 "not available" for those gates, which is not a failure.
 
+With --gpu-results FILE..., the GPU gates are judged on result lines recorded earlier by
+`spak run` / `spak sweep` on a GPU machine instead (the report names the files and says the
+GPU loop was not run by this invocation).
+
 The report (markdown + JSON, in --out, default results/plan-<host>-<date>/) holds a status
 table in the shape of the recipe's "Evaluation Metrics" table -- metric, goal per arch,
 how verified, measured value, result -- and names the targets this machine could not check.
@@ -131,6 +135,14 @@ def detect_gpu() -> dict:
             "capability": list(cap), "profile": prof.key if prof else None, "reason": None}
 
 
+def _rel(path) -> str:
+    """`path` relative to the working directory when it lies below it (stable in reports)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def read_jsonl(paths) -> list[dict]:
     rows = []
     for p in paths:
@@ -154,7 +166,7 @@ def recorded_gpu_info(rows: list[dict], files) -> dict:
     name, arch = gpus.pop()
     prof = lookup(name)
     return {"present": True, "name": name, "arch": arch, "profile": prof.key if prof else None,
-            "recorded": [str(f) for f in files], "reason": None}
+            "recorded": [_rel(f) for f in files], "reason": None}
 
 
 def _importable(mod: str) -> tuple[bool, Optional[str]]:
@@ -742,7 +754,7 @@ class PlanRunner:
         self.run_gpu()
         wall = time.perf_counter() - t0
         failed = [g for g in self.gates if g["status"] == FAIL]
-        return {"schema": "spak.plan/1", "plan": str(self.plan.path) if self.plan.path else None,
+        return {"schema": "spak.plan/1", "plan": _rel(self.plan.path) if self.plan.path else None,
                 "name": self.plan.name, "title": self.plan.title,
                 "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "wall_seconds": wall,
                 "step_seconds": self.step_seconds, "machine": machine_info(),
@@ -1001,7 +1013,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "plan", help="carry out a plan: CPU gates of every step, then the GPU loop if a GPU "
                      "is present; writes a report",
-        description="\n\n".join(doc[1:4]) + "\n\n" + doc[-1],
+        description="\n\n".join(doc[1:5]) + "\n\n" + doc[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("plan", nargs="?", default=None, metavar="PLAN",
                    help="plan file (default: plans/fmha.toml)")

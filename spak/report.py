@@ -18,8 +18,8 @@ Outputs, in --out-dir (default results/report-<gpu>-<date>/):
 * tflops-<gpu>-<kernel>-<dtype>.png: TFLOPS vs sequence length, grouped bars per provider,
   one panel per head dim x causal (the FlashAttention papers' figure layout).
 * heatmap-<gpu>-<kernel>-<dtype>-d<D>-<causal>.png: per (head dim, causal), one TILE_M x
-  TILE_N heatmap per shape (cell: the best TFLOPS over occupancy/num_ctas, annotated with
-  the hints that reached it; best cell framed).
+  TILE_N heatmap per shape (cell: the best TFLOPS over occupancy/num_ctas and kernel
+  knobs, annotated with the ones that reached it; best cell framed).
 
 The leaderboard (--leaderboard, default results/leaderboard.json) keeps the best SPAK
 figure per (GPU, kernel, dtype, shape) with the config, the git commit that set it, the
@@ -397,8 +397,10 @@ def plot_heatmaps(cases: dict, group: list, path: Path, title: str) -> Optional[
             tns.add(tn)
             v = _tf(r)
             hint = "default" if name == "default" else "/".join(
-                f"{a}{cfg[k]}" for k, a in (("occupancy", "o"), ("num_ctas", "c"))
-                if cfg.get(k) is not None) or "auto"
+                [f"{a}{cfg[k]}" for k, a in (("occupancy", "o"), ("num_ctas", "c"))
+                 if cfg.get(k) is not None]
+                + [f"{k}={v}" for k, v in sorted(cfg.items()) if v is not None and k not in
+                   ("TILE_M", "TILE_N", "occupancy", "num_ctas")]) or "auto"
             prev = cells.get((tm, tn))
             if prev is None or (v or 0) > (prev[0] or 0):
                 cells[(tm, tn)] = (v, hint)
@@ -596,7 +598,7 @@ def cmd_report(args) -> int:
                                    f"{'causal' if causal else 'noncausal'}.png",
                                    f"{gpu}, {kernel} {dtype}, D={d}, "
                                    f"{'causal' if causal else 'non-causal'}: TFLOPS per "
-                                   f"TILE_M x TILE_N (best over hints)")
+                                   f"TILE_M x TILE_N (best over hints and knobs)")
                 if hp is not None:
                     plots[("heatmap", gpu, kernel, dtype, d, causal)] = hp.name
     md = markdown(rows, sources=[_rel(f) for f in args.results], plots=plots,

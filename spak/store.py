@@ -58,7 +58,7 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
     """Store entries (spak.tuned format) chosen from result rows (see the module doc).
 
     ``tiles_only``: only configs without occupancy/num_ctas hints compete (for a spak.fmha
-    that applies TILE_M/TILE_N alone). Rows carry "_source" (their file) when read by
+    that applies the tiles dict alone). Rows carry "_source" (their file) when read by
     update_store.
     """
     groups: dict = {}
@@ -93,9 +93,9 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
         any_row = max(m.values(), key=lambda r: r.get("date") or "")
         cfg = any_row["config"]
         tiles = {"TILE_M": int(cfg["TILE_M"]), "TILE_N": int(cfg["TILE_N"])}
-        for h in ("occupancy", "num_ctas"):
-            if cfg.get(h) is not None:
-                tiles[h] = int(cfg[h])
+        for h, v in cfg.items():            # hints and kernel knobs, when set
+            if h not in tiles and v is not None:
+                tiles[h] = int(v)
         gpu_name, kern, dtype, d, causal, bucket = key
         dflt_score = _geomean(dflt[c]["tflops"] for c in m if c in dflt) \
             if dflt and all(c in dflt for c in m) else None
@@ -164,6 +164,8 @@ def _cfg_text(t: dict) -> str:
         s += f"/o{t['occupancy']}"
     if t.get("num_ctas") is not None:
         s += f"/c{t['num_ctas']}"
+    for k in sorted(set(t) - {"TILE_M", "TILE_N", "occupancy", "num_ctas"}):
+        s += f"/{k}={t[k]}"
     return s
 
 

@@ -103,8 +103,19 @@ def config_id(cfg: Optional[dict]) -> str:
     if cfg.get("num_ctas") is not None:
         s += f"/c{cfg['num_ctas']}"
     for k in sorted(set(cfg) - set(SPACE_KEYS)):
-        s += f"/{k}={cfg[k]}"
+        if cfg[k] is not None:
+            s += f"/{k}={cfg[k]}"
     return s
+
+
+def knob_keys() -> tuple:
+    """Kernel Constant knobs a config may carry besides the tiles (gpu.plan.LATENCY_KEYS:
+    LAT_K, LAT_V, DRAM latency hints 1..10, 0 = the compiler's choice)."""
+    try:
+        from gpu import plan
+    except ImportError:
+        return ()
+    return tuple(getattr(plan, "LATENCY_KEYS", ()))
 
 
 def _space_value(key: str, text) -> Optional[int]:
@@ -122,13 +133,16 @@ def _space_value(key: str, text) -> Optional[int]:
         raise ValueError(f"occupancy: {v} is not in [1, 32] (or auto)")
     if key == "num_ctas" and (not 1 <= v <= 16 or v & (v - 1)):
         raise ValueError(f"num_ctas: {v} is not a power of two in [1, 16] (or auto)")
+    if key in knob_keys() and not 0 <= v <= 10:
+        raise ValueError(f"{key}: {v} is not in [0, 10] (0: the compiler's choice)")
     return v
 
 
 def _canon_key(k: str) -> str:
-    m = {s.lower(): s for s in SPACE_KEYS}
+    keys = (*SPACE_KEYS, *knob_keys())
+    m = {s.lower(): s for s in keys}
     if k.lower() not in m:
-        raise ValueError(f"unknown space key {k!r}; accepted: {', '.join(SPACE_KEYS)}")
+        raise ValueError(f"unknown space key {k!r}; accepted: {', '.join(keys)}")
     return m[k.lower()]
 
 
@@ -244,11 +258,18 @@ def _tiny(d: int) -> int:
 
 def _spec_bits(shape, elem_bytes: int) -> str:
     """What ct.launch specialises a contiguous array on, per dimension: extent divisible
-    by 16 (d), stride 16-byte divisible (s), stride 1 (1); e.g. "ds.ds.ds.d1"."""
+    by 16 (d), stride 16-byte divisible (s), stride 1 (1); e.g. "ds.ds.ds.d-1". An extent
+    of 1 is its own class ("u"): torch hands such a dimension over with a normalised
+    stride, and on an H200 B=1 compiled a cubin of its own where B=2, 4, 8 shared one
+    (results/run-nvidia-h200-2026-11-22.jsonl, first_call_s)."""
     out, stride = [], 1
     for d in reversed(shape):
-        out.append(("d" if d % 16 == 0 else "-") + ("s" if stride * elem_bytes % 16 == 0
-                                                      else "-") + ("1" if stride == 1 else ""))
+        if d == 1:
+            out.append("u")
+        else:
+            out.append(("d" if d % 16 == 0 else "-")
+                       + ("s" if stride * elem_bytes % 16 == 0 else "-")
+                       + ("1" if stride == 1 else ""))
         stride *= d
     return ".".join(reversed(out))
 
@@ -866,11 +887,13 @@ def job_seconds(job: Job, timing: Optional[dict] = None, tflops: float = 300.0) 
     return (t["warmup"] + 1) * call + t["batches"] * max(call, t["batch_ms"] / 1e3) + 0.06
 
 
-def estimate_seconds(jobs: list[Job], *, compile_jobs: int, compile_s: float = 6.0,
+def estimate_seconds(jobs: list[Job], *, compile_jobs: int, compile_s: float = 3.0,
                      tflops: float = 300.0, timing: Optional[dict] = None) -> dict:
-    """A rough wall-clock estimate: each job's calls (warm-up, estimate, batches of
-    ~batch_ms each) at ``tflops``, ~60 ms of overhead (inputs, check), plus compiles
-    (``compile_s`` each, spread over the helpers, overlapped with SDPA timing)."""
+    """A rough, conservative wall-clock estimate: each job's calls (warm-up, estimate,
+    batches of ~batch_ms each) at ``tflops``, ~60 ms of overhead (inputs, check), plus
+    the compiles (``compile_s`` each, twice the 1.2-1.8 s first calls seen on an H200,
+    spread over the helpers, ~0.3 s each for the worker's cache hit), added as if they
+    did not overlap the timing (they mostly do)."""
     run_s = sum(job_seconds(j, timing, tflops) for j in jobs)
     units = {j.unit["unit_id"] for j in jobs if j.unit}
     n_units = len(units) + sum(1 for j in jobs if j.unit is None and j.config is not None)
@@ -1136,7 +1159,8 @@ def add_arguments(p) -> None:
                         "(default: plans/fmha.toml)")
     p.add_argument("--space", nargs="+", default=None, metavar="KEY=V,V",
                    help="override space lists: TILE_M=64,128 TILE_N=64,128 occupancy=1,2,auto "
-                        "num_ctas=1 (auto: left to cuTile)")
+                        "num_ctas=1 (auto: left to cuTile); kernel knobs too, e.g. "
+                        "LAT_K=0,4 LAT_V=0,4 (0: the compiler's choice)")
     p.add_argument("--arch", default=None,
                    help="use this arch's space (default: the GPU's; sm_90 for --list)")
     p.add_argument("--out", default="auto", metavar="PATH",

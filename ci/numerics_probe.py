@@ -1,0 +1,120 @@
+"""Record the GPU's inexact arithmetic for the simulator's numeric model (issue 6).
+
+    source .carry/setup.sh && python ci/numerics_probe.py --out $OUT
+
+Runs gpu/probes kernels on crafted and random inputs and saves inputs and outputs as
+.npz files (mma fp16/bf16 for K = 16 and 64, exp2 with flush-to-zero, approximate
+division, fp32 -> fp16/bf16 casts, row sums), plus a one-line agreement summary per op
+against the simulator's current model, so the model can be fitted on a CPU afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def mma_cases(rng, n, k, kind):
+    """A [n,64,k], B [n,k,64] (float32 holding fp16/bf16 values later), C [n,64,64]."""
+    a = rng.standard_normal((n, 64, k))
+    b = rng.standard_normal((n, k, 64))
+    c = rng.standard_normal((n, 64, 64))
+    q = n // 4
+    # wide exponent ranges
+    a[q:2 * q] *= 2.0 ** rng.integers(-12, 12, (q, 64, k))
+    b[q:2 * q] *= 2.0 ** rng.integers(-12, 12, (q, k, 64))
+    # cancellation: b's columns make a.b nearly cancel, c small
+    a[2 * q:3 * q] = np.round(a[2 * q:3 * q] * 8) / 8
+    b[2 * q:3 * q] = np.round(b[2 * q:3 * q] * 8) / 8
+    c[2 * q:3 * q] *= 2.0 ** -20
+    # large accumulator against small products
+    c[3 * q:] *= 2.0 ** 10
+    return a, b, c
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    out = Path(args.out)
+    import torch
+    import cuda.tile as ct
+    from gpu.probes import kernels as P
+    st = torch.cuda.current_stream()
+    rng = np.random.default_rng(2026)
+    dev = "cuda"
+
+    def launch(kernel, grid, *a):
+        ct.launch(st, grid, kernel, a)
+        torch.cuda.synchronize()
+
+    arrays = {}
+    for dt_name, tdt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        for k in (16, 64):
+            n = 256
+            a, b, c = mma_cases(rng, n, k, dt_name)
+            A = torch.tensor(a, dtype=torch.float32).to(tdt).to(dev)
+            B = torch.tensor(b, dtype=torch.float32).to(tdt).to(dev)
+            C = torch.tensor(c, dtype=torch.float32, device=dev)
+            D = torch.full((n, 64, 64), float("nan"), dtype=torch.float32, device=dev)
+            launch(P.mma_probe, (n, 1, 1), A, B, C, D, 64, 64, k)
+            arrays[f"mma_{dt_name}_k{k}_a"] = A.float().cpu().numpy()
+            arrays[f"mma_{dt_name}_k{k}_b"] = B.float().cpu().numpy()
+            arrays[f"mma_{dt_name}_k{k}_c"] = C.cpu().numpy()
+            arrays[f"mma_{dt_name}_k{k}_d"] = D.cpu().numpy()
+    np.savez_compressed(out / "probe_mma.npz", **arrays)
+
+    T, n = 1024, 1 << 20
+    x = np.concatenate([rng.uniform(-160, 2, n // 2), rng.uniform(-30, 0.5, n // 2)]).astype(np.float32)
+    X = torch.tensor(x, device=dev)
+    Y = torch.empty_like(X)
+    launch(P.exp2_probe, (n // T, 1, 1), X, Y, T)
+    ex = {"x": x, "y": Y.cpu().numpy()}
+    z = (rng.standard_normal(n) * 2.0 ** rng.integers(-20, 20, n)).astype(np.float32)
+    w = (rng.uniform(0.5, 5000, n)).astype(np.float32)
+    Z, W = torch.tensor(z, device=dev), torch.tensor(w, device=dev)
+    Yd = torch.empty_like(Z)
+    launch(P.div_approx_probe, (n // T, 1, 1), Z, W, Yd, T)
+    ex.update(div_x=z, div_y=w, div_q=Yd.cpu().numpy())
+    xc = (rng.standard_normal(n) * 2.0 ** rng.integers(-30, 16, n)).astype(np.float32)
+    Xc = torch.tensor(xc, device=dev)
+    Y16 = torch.empty(n, dtype=torch.float16, device=dev)
+    YB = torch.empty(n, dtype=torch.bfloat16, device=dev)
+    launch(P.cast_probe, (n // T, 1, 1), Xc, Y16, YB, T)
+    ex.update(cast_x=xc, cast_f16=Y16.cpu().numpy(), cast_bf16=YB.float().cpu().numpy())
+    xs = rng.standard_normal((512, 64, 128)).astype(np.float32) * 2.0 ** rng.integers(-8, 8, (512, 64, 1))
+    Xs = torch.tensor(xs, device=dev)
+    Ys = torch.empty((512, 64), dtype=torch.float32, device=dev)
+    launch(P.rowsum_probe, (512, 1, 1), Xs, Ys, 64, 128)
+    ex.update(sum_x=xs, sum_y=Ys.cpu().numpy())
+    np.savez_compressed(out / "probe_elementwise.npz", **ex)
+
+    # agreement with today's simulator model, op by op
+    from sim.numerics import get_model
+    m = get_model("sm_90")
+    yx = m.exp2(x, ct.float32, True)
+    print(f"exp2 ftz: {np.mean(yx.view(np.uint32) == ex['y'].view(np.uint32)) * 100:.4f}% bit-identical")
+    yq = m.truediv(z, w, ct.float32, ct.RoundingMode.APPROX, True)
+    print(f"div approx: {np.mean(yq.view(np.uint32) == ex['div_q'].view(np.uint32)) * 100:.4f}% bit-identical")
+    print(f"cast f16: {np.mean(xc.astype(np.float16).view(np.uint16) == ex['cast_f16'].view(np.uint16)) * 100:.4f}%")
+    yb = m.round_to(xc, ct.bfloat16)
+    print(f"cast bf16: {np.mean(yb.view(np.uint32) == ex['cast_bf16'].view(np.uint32)) * 100:.4f}%")
+    ys = m.sum(xs, 2, ct.float32)
+    print(f"row sum: {np.mean(ys.view(np.uint32) == ex['sum_y'].view(np.uint32)) * 100:.4f}%")
+    for key in [k for k in arrays if k.endswith("_d")]:
+        base = key[:-2]
+        a, b, c = (arrays[base + s].astype(np.float64) for s in ("_a", "_b", "_c"))
+        ref = m.round_to(np.matmul(a, b) + c, ct.float32)
+        same = np.mean(ref.view(np.uint32) == arrays[key].view(np.uint32)) * 100
+        print(f"{base}: {same:.3f}% bit-identical to exact-sum-one-rounding")
+    print("files:", sorted(os.listdir(out)))
+
+
+if __name__ == "__main__":
+    main()
