@@ -57,7 +57,7 @@ def main():
     arrays = {}
     for dt_name, tdt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for k in (16, 64):
-            n = 256
+            n = 128
             a, b, c = mma_cases(rng, n, k, dt_name)
             A = torch.tensor(a, dtype=torch.float32).to(tdt).to(dev)
             B = torch.tensor(b, dtype=torch.float32).to(tdt).to(dev)
@@ -68,9 +68,11 @@ def main():
             arrays[f"mma_{dt_name}_k{k}_b"] = B.float().cpu().numpy()
             arrays[f"mma_{dt_name}_k{k}_c"] = C.cpu().numpy()
             arrays[f"mma_{dt_name}_k{k}_d"] = D.cpu().numpy()
-    np.savez_compressed(out / "probe_mma.npz", **arrays)
+            # one file per (dtype, K): the device tool returns files of at most 16 MB
+            np.savez_compressed(out / f"probe_mma_{dt_name}_k{k}.npz",
+                                **{key: arrays[key] for key in arrays if key.startswith(f"mma_{dt_name}_k{k}_")})
 
-    T, n = 1024, 1 << 20
+    T, n = 1024, 1 << 18
     x = np.concatenate([rng.uniform(-160, 2, n // 2), rng.uniform(-30, 0.5, n // 2)]).astype(np.float32)
     X = torch.tensor(x, device=dev)
     Y = torch.empty_like(X)
@@ -88,10 +90,10 @@ def main():
     YB = torch.empty(n, dtype=torch.bfloat16, device=dev)
     launch(P.cast_probe, (n // T, 1, 1), Xc, Y16, YB, T)
     ex.update(cast_x=xc, cast_f16=Y16.cpu().numpy(), cast_bf16=YB.float().cpu().numpy())
-    xs = rng.standard_normal((512, 64, 128)).astype(np.float32) * 2.0 ** rng.integers(-8, 8, (512, 64, 1))
+    xs = (rng.standard_normal((128, 64, 128)) * 2.0 ** rng.integers(-8, 8, (128, 64, 1))).astype(np.float32)
     Xs = torch.tensor(xs, device=dev)
-    Ys = torch.empty((512, 64), dtype=torch.float32, device=dev)
-    launch(P.rowsum_probe, (512, 1, 1), Xs, Ys, 64, 128)
+    Ys = torch.empty((128, 64), dtype=torch.float32, device=dev)
+    launch(P.rowsum_probe, (128, 1, 1), Xs, Ys, 64, 128)
     ex.update(sum_x=xs, sum_y=Ys.cpu().numpy())
     np.savez_compressed(out / "probe_elementwise.npz", **ex)
 
