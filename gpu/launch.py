@@ -55,8 +55,13 @@ def run(launches: Sequence[Launch], stream=None) -> None:
 
 
 def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
-              scale: Optional[float] = None, tiles: Optional[dict] = None, stream=None):
-    """Plan and run: ``out`` (preallocated, [B, Hq, Sq, Dv]) receives the attention."""
-    run(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal, scale=scale,
-                   tiles=tiles), stream)
+              scale: Optional[float] = None, tiles: Optional[dict] = None, hints=None,
+              stream=None):
+    """Plan and run: ``out`` (preallocated, [B, Hq, Sq, Dv]) receives the attention.
+
+    hints: {"occupancy", "num_ctas"} decorator options (gpu.variants); None = the kernel's.
+    """
+    from .variants import apply_hints
+    run(apply_hints(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal,
+                               scale=scale, tiles=tiles), hints), stream)
     return out

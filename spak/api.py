@@ -175,9 +175,15 @@ def device_arch(device) -> str:
     return f"sm_{major}{minor}"
 
 
+#: Config keys a tuned entry or a `tiles` dict may carry: kernel constants (tiles, load
+#: latency knobs) and decorator hints (occupancy, num_ctas; 0 or None = the kernel's own).
+CONFIG_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "occupancy", "num_ctas")
+
+
 def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
                   tiles: Optional[dict] = None) -> dict:
-    """tiles as given (filled up from defaults), else the tuned store's, else the default."""
+    """The launch config: `tiles` as given (filled up from defaults), else the tuned store's
+    entry (all of its keys: tiles, knobs and hints), else the default tiles."""
     from gpu.plan import default_tiles
     arch = device_arch(device)
     base = default_tiles(D, arch, causal)
@@ -186,7 +192,7 @@ def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
     from spak import tuned
     found = tuned.lookup(torch.cuda.get_device_name(device), kernel, dtype, D, causal, Sk)
     if found:
-        return {**base, **{k: int(found[k]) for k in ("TILE_M", "TILE_N") if k in found}}
+        return {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
     return base
 
 
@@ -207,7 +213,8 @@ def kernel_mask(mask: torch.Tensor, B: int, Hq: int, Sq: int, Sk: int) -> torch.
 
 def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
           attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float, kernel: str,
-          tile_m: int, tile_n: int) -> torch.Tensor:
+          tile_m: int, tile_n: int, lat_k: int = 0, lat_v: int = 0, occupancy: int = 0,
+          num_ctas: int = 0) -> torch.Tensor:
     """The custom op's CUDA body; arguments already validated by fmha()."""
     from gpu.launch import fmha_into
     B, Hq, Sq, D = q.shape
@@ -223,8 +230,12 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
     with torch.cuda.device(q.device):
         try:
+            tiles = {"TILE_M": tile_m, "TILE_N": tile_n}
+            if kernel == "fused":
+                tiles.update(LAT_K=lat_k, LAT_V=lat_v)
             fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
-                      tiles={"TILE_M": tile_m, "TILE_N": tile_n})
+                      tiles=tiles, hints={"occupancy": occupancy or None,
+                                          "num_ctas": num_ctas or None})
         except Exception as exc:
             from spak import gpu_env
             if gpu_env.is_compile_error(exc):
@@ -238,7 +249,8 @@ _op.__doc__ = "torch.ops.spak.fmha: spak.fmha's CUDA kernel call (inputs pre-val
 
 
 @_op.register_fake
-def _fake(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n):
+def _fake(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k=0, lat_v=0,
+          occupancy=0, num_ctas=0):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
 
 
@@ -255,4 +267,6 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
     s = 1.0 / math.sqrt(c.D) if c.scale is None else c.scale
     t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles)
     return torch.ops.spak.fmha(q, k, v, c.mask, is_causal, s, kernel,
-                               int(t["TILE_M"]), int(t["TILE_N"]))
+                               int(t["TILE_M"]), int(t["TILE_N"]), int(t.get("LAT_K") or 0),
+                               int(t.get("LAT_V") or 0), int(t.get("occupancy") or 0),
+                               int(t.get("num_ctas") or 0))

@@ -39,6 +39,8 @@ import zlib
 from pathlib import Path
 from typing import Optional
 
+from gpu.variants import apply_hints, split_config
+
 from spak import __version__
 from spak.metrics import GATES
 from spak.problems import GRAMMAR_HELP, ShapeError, select_cases
@@ -412,14 +414,18 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                                       f"--naive-max-gb {args.naive_max_gb}")
                     finish(row)
                     continue
-            tiles = _tiles_for(kernel, spec, args, q.device)
-            row["tiles"] = tiles
+            config = _tiles_for(kernel, spec, args, q.device)
+            row["tiles"] = config
+            tiles, hints = split_config(config)        # kernel constants / decorator hints
+            if kernel != "fused":
+                tiles = {k: tiles[k] for k in ("TILE_M", "TILE_N")}
             out = torch.full((spec.B, spec.Hq, spec.Sq, spec.D), float("nan"),
                              dtype=q.dtype, device=q.device)   # poison: unwritten stays NaN
             t0 = time.perf_counter()
             try:
-                run_plan(plan_torch(kernel, q, k, v, out, mask=kmask, causal=spec.causal,
-                                    scale=scale, tiles=tiles))
+                run_plan(apply_hints(plan_torch(kernel, q, k, v, out, mask=kmask,
+                                                causal=spec.causal, scale=scale, tiles=tiles),
+                                     hints))
                 torch.cuda.synchronize()
             except Exception as exc:
                 if gpu_env.is_compile_error(exc):
@@ -446,8 +452,9 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
             if not args.no_time:
                 alloc = _shared_alloc(q)
                 outs = [torch.empty_like(out) for _ in sets]
-                plans = [plan_fmha(kernel, *s, o, mask=kmask, causal=spec.causal, scale=scale,
-                                   tiles=tiles, alloc=alloc) for s, o in zip(sets, outs)]
+                plans = [apply_hints(plan_fmha(kernel, *s, o, mask=kmask, causal=spec.causal,
+                                               scale=scale, tiles=tiles, alloc=alloc), hints)
+                         for s, o in zip(sets, outs)]
                 row.update(time_events(lambda i: run_plan(plans[i]), n_sets))
                 row["input_sets"] = n_sets
                 del outs, plans, alloc
