@@ -310,7 +310,7 @@ def plan_jobs(kernel: str, specs, configs, *, arch: str = "sm_90", default: bool
             jobs.append(Job(kernel, spec, f"sdpa-{name}", "-", None))
     if default:
         for spec in specs:
-            cfg = {**default_tiles(spec.D, arch), "occupancy": None, "num_ctas": None}
+            cfg = {**default_tiles(spec.D, arch, spec.causal), "occupancy": None, "num_ctas": None}
             jobs.append(Job(kernel, spec, provider_name(kernel, "default"), "default", cfg,
                             compile_unit(kernel, spec, cfg, "default")))
     for cfg in configs:

@@ -357,7 +357,7 @@ class GpuRunner:
         torch = self.torch
         from gpu.plan import default_tiles, plan_fmha
         from gpu.variants import apply_hints, split_config
-        cfg = job.get("config") or default_tiles(spec.D, self.arch)
+        cfg = job.get("config") or default_tiles(spec.D, self.arch, spec.causal)
         try:
             tiles, hints = split_config(cfg)
         except ValueError as exc:
