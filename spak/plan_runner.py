@@ -736,9 +736,14 @@ class PlanRunner:
             ok = low["tflops"] >= f.floor
             st = (PASS if ok else FAIL) if f.verified else (ADVISORY_PASS if ok else ADVISORY_FAIL)
             cfg = low.get("config") or {}
+            from spak.archs import PROFILES, percent_of_peak
+            prof = PROFILES.get((self.gpu_info or {}).get("profile") or "")
+            pct = (f"; {percent_of_peak(low['tflops'], prof, f.dtype):.0f}% of {prof.name} peak"
+                   if prof is not None else "")
             self.gate(step, "gpu", "Throughput", self._floor_goal(f), how,
                       f"min best {low['tflops']:.1f} TFLOPS ({low['case']}, "
-                      f"{cfg.get('TILE_M')}x{cfg.get('TILE_N')}) over {len(match)} shapes",
+                      f"{cfg.get('TILE_M')}x{cfg.get('TILE_N')}) over {len(match)} shapes, max "
+                      f"{max(r['tflops'] for r in match):.1f}{pct}",
                       st, arch=arch, source=f.source, verified=f.verified)
 
     # ---------------------------------------------------------------- all
