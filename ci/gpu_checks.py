@@ -193,6 +193,43 @@ def big(out_dir):
     print("big:", row)
 
 
+def seed_graphs(out_dir):
+    """Seed shapes (launch/occupancy-bound): us per call, eager and replayed from a CUDA
+    graph, for spak.fmha and SDPA (default backend choice) in the same run."""
+    import torch
+    import spak
+    emit = _writer(out_dir / "seed-graphs.jsonl")
+    for (B, H, S, D), causal in [(s, c) for s in [(16, 16, 2048, 64), (2, 8, 512, 64),
+                                                  (1, 8, 512, 64), (4, 16, 2048, 128)]
+                                 for c in (False, True)]:
+        g = torch.Generator(device="cuda").manual_seed(B * S + D)
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16, generator=g)
+                   for _ in range(3))
+        row = {"case": f"{B}x{H}x{S}x{D}/fp16/{'causal' if causal else 'noncausal'}",
+               "gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d")}
+        fns = {"spak": lambda: spak.fmha(q, k, v, is_causal=causal),
+               "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(
+                   q, k, v, is_causal=causal)}
+        for name, fn in fns.items():
+            st = time_events(lambda i: fn(), 1, target_s=0.1)
+            row[f"{name}_eager_us"] = st["ms_median"] * 1e3
+            try:
+                fn()
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    fn()
+                graph.replay()
+                torch.cuda.synchronize()
+                st = time_events(lambda i: graph.replay(), 1, target_s=0.1)
+                row[f"{name}_graph_us"] = st["ms_median"] * 1e3
+            except Exception as e:  # noqa: BLE001 - recorded
+                row[f"{name}_graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        emit(row)
+        print("  " + "  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in row.items() if k not in ("gpu", "date")), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,6 +237,7 @@ def main():
     ap.add_argument("--fuzz", type=int, default=200)
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--skip-tuned", action="store_true")
+    ap.add_argument("--seed-graphs", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     import torch
@@ -210,6 +248,8 @@ def main():
         fuzz(out, args.fuzz)
     if args.big:
         big(out)
+    if args.seed_graphs:
+        seed_graphs(out)
 
 
 if __name__ == "__main__":

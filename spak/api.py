@@ -27,6 +27,7 @@ implementation), so ``torch.compile`` graphs can hold it.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Optional
@@ -185,15 +186,38 @@ def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
     """The launch config: `tiles` as given (filled up from defaults), else the tuned store's
     entry (all of its keys: tiles, knobs and hints), else the default tiles."""
     from gpu.plan import default_tiles
-    arch = device_arch(device)
+    arch, gpu_name = _device_info(device)
     base = default_tiles(D, arch, causal)
     if tiles:
         return {**base, **tiles}
-    from spak import tuned
-    found = tuned.lookup(torch.cuda.get_device_name(device), kernel, dtype, D, causal, Sk)
+    found = _lookup(gpu_name, kernel, str(dtype), D, causal, Sk)
     if found:
         return {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
     return base
+
+
+@functools.lru_cache(maxsize=None)
+def _device_info(device) -> tuple[str, str]:
+    """(arch, name) of a CUDA device, asked once: spak.fmha's per-call host time matters
+    for short sequences, where the kernel itself takes ~0.1 ms."""
+    return device_arch(device), torch.cuda.get_device_name(device)
+
+
+_lookup_cache: dict = {}
+
+
+def _lookup(gpu_name, kernel, dtype, D, causal, Sk):
+    """spak.tuned.lookup, memoised per (problem class, store file version)."""
+    from spak import tuned
+    path = tuned.store_path()
+    try:
+        version = path.stat().st_mtime_ns
+    except OSError:
+        version = None
+    key = (gpu_name, kernel, dtype, D, causal, tuned.seq_bucket(Sk), str(path), version)
+    if key not in _lookup_cache:
+        _lookup_cache[key] = tuned.lookup(gpu_name, kernel, dtype, D, causal, Sk)
+    return _lookup_cache[key]
 
 
 def kernel_mask(mask: torch.Tensor, B: int, Hq: int, Sq: int, Sk: int) -> torch.Tensor:
