@@ -21,6 +21,7 @@ against the hardware (the bit-exact issue replaces these with measured behaviour
 from __future__ import annotations
 
 import os
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -35,10 +36,10 @@ _CACHE = os.environ.get("SPAK_NUMBA_CACHE", "1") != "0"
 # ---------------------------------------------------------------------------------------
 # numba primitives (the hot elementwise work; prange spreads it over the cores)
 
-def _bf16_round_f32_py(x, out):
-    """fp32 -> bf16 round-to-nearest-even, result kept as float32. NaN stays NaN."""
-    xb = x.view(np.uint32)
-    ob = out.view(np.uint32)
+def _bf16_round_f32_py(xb, ob):
+    """fp32 -> bf16 round-to-nearest-even on the uint32 bit patterns (the caller passes
+    `x.view(np.uint32)`, `out.view(np.uint32)`; a `.view` taken inside a prange loop lost
+    every write in numba's parallel build, see docs/numerics-sm90.md). NaN stays NaN."""
     for i in numba.prange(xb.size):
         b = xb[i]
         if (b & 0x7F800000) == 0x7F800000 and (b & 0x007FFFFF) != 0:
@@ -81,10 +82,21 @@ def _div_approx_f32_py(x, y, out, ftz):
 PARALLEL_MIN = 1 << 18   # elements; below this numba's thread wake-up costs more than it saves
 
 
+def _renamed(pyfunc, suffix):
+    """A copy of `pyfunc` under another qualified name. numba's on-disk cache is keyed by
+    the function's name and bytecode, not by `parallel=`: without distinct names the serial
+    and the parallel build of one loop load each other's machine code from the cache."""
+    f = types.FunctionType(pyfunc.__code__, pyfunc.__globals__, pyfunc.__name__ + suffix,
+                           pyfunc.__defaults__, pyfunc.__closure__)
+    f.__qualname__ = pyfunc.__qualname__ + suffix
+    f.__doc__ = pyfunc.__doc__
+    return f
+
+
 def _dual(pyfunc):
     """A serial and a parallel numba build of one loop; calls pick by problem size."""
-    serial = numba.njit(cache=_CACHE)(pyfunc)
-    parallel = numba.njit(parallel=True, cache=_CACHE)(pyfunc)
+    serial = numba.njit(cache=_CACHE)(_renamed(pyfunc, "_serial"))
+    parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(pyfunc, "_parallel"))
 
     def call(*args):
         big = args[0].size >= PARALLEL_MIN
@@ -148,7 +160,7 @@ class NumericModel:
             x32 = np.asarray(x, dtype=np.float32)  # float64 inputs: double rounding, see doc
             out = np.empty(x32.shape, np.float32)
             if x32.size:
-                _bf16_round_f32(_flat(x32), out.reshape(-1))
+                _bf16_round_f32(_flat(x32).view(np.uint32), out.reshape(-1).view(np.uint32))
             return out
         if dtypes.is_int(dtype) and np.asarray(x).dtype.kind == "f":
             # cuTile float->int conversion truncates toward zero (C semantics)

@@ -18,9 +18,11 @@ It mirrors ``torch.nn.functional.scaled_dot_product_attention`` where they overl
   (spak.tuned) for this GPU, else gpu.plan.default_tiles(D, arch).
 
 Every input is validated before anything runs (ValueError / TypeError naming the argument
-and the accepted values). Non-contiguous inputs are copied. Values inside q/k/v are not
-checked (NaN/inf in q/k/v propagate through the arithmetic as in SDPA; issue 8 pins the
-details down). Forward only (no autograd).
+and the accepted values; docs/errors.md has the table). Non-contiguous inputs are copied.
+Values inside q/k/v are not checked: NaN/inf in V propagate as in SDPA, but the fused
+kernel outputs zeros, not NaN, for a row whose scores hold a NaN (NaN/inf in q or k, +inf
+in the mask); the naive kernel propagates it (docs/errors.md, "NaN and inf").
+Forward only (no autograd).
 
 ``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake
 implementation), so ``torch.compile`` graphs can hold it.
@@ -39,6 +41,7 @@ __all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_D
 KERNELS = ("fused", "naive")
 DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
+MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
 _MASK_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -128,6 +131,9 @@ def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
         scale = float(scale)
         if not math.isfinite(scale):
             raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
+        if abs(scale) > MAX_SCALE:
+            raise ValueError(f"scale must be within +-{MAX_SCALE:.3g} (the kernels hold "
+                             f"scale*log2(e) in float32), got {scale}")
 
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")

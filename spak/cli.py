@@ -37,15 +37,22 @@ KERNELS = ("fused", "naive")
 
 # ------------------------------------------------------------ argument types
 
+#: gpu.plan's tile bounds (MIN_TILE, MAX_TILE), repeated so the CLI imports cheaply.
+TILE_RANGE = (16, 256)
+
+
 def parse_tiles(text: str) -> tuple[int, int]:
-    """"64x128" -> (64, 128): TILE_M x TILE_N, each a power of two (cuTile tiles are)."""
+    """"64x128" -> (64, 128): TILE_M x TILE_N, each a power of two in [16, 256]."""
     m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not TILE_MxTILE_N, e.g. 64x64")
     tm, tn = int(m.group(1)), int(m.group(2))
+    lo, hi = TILE_RANGE
     for name, t in (("TILE_M", tm), ("TILE_N", tn)):
         if t < 1 or t & (t - 1):
             raise argparse.ArgumentTypeError(f"{name} must be a power of two, got {t}")
+        if not lo <= t <= hi:
+            raise argparse.ArgumentTypeError(f"{name} must be in [{lo}, {hi}], got {t}")
     return tm, tn
 
 
@@ -147,6 +154,15 @@ def _load_run_case() -> Callable[..., dict]:
     return run_case
 
 
+def _sim_models():
+    """The simulator's numeric model names, or None when it cannot be imported."""
+    try:
+        from sim.numerics import MODELS
+    except ImportError:
+        return None
+    return set(MODELS)
+
+
 def _run_one(run_case, kernel, spec, args) -> dict:
     """Run one case; an exception becomes a FAIL row, never the end of the run."""
     base = {"kernel": kernel, "shape": spec.display, "case": spec.case_id, "causal": spec.causal,
@@ -186,6 +202,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
               f"  (is SPAK installed with its dependencies? pip install -e \".[test]\")",
               file=sys.stderr)
         return 1
+    models = _sim_models()
+    if models is not None and args.model not in models:
+        print(f"spak sim: error: argument --model: unknown numeric model {args.model!r}; "
+              f"choose one of {', '.join(sorted(models))}", file=sys.stderr)
+        return 2
     out = sys.stdout
     if not args.json:
         print(f"spak sim: {len(kernels) * len(specs)} cases, model {args.model}, "

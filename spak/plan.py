@@ -746,6 +746,9 @@ def load_plan(path=None) -> Plan:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise PlanError([f"cannot read the plan: {e.strerror or e}"], str(p)) from None
+    except UnicodeDecodeError as e:
+        raise PlanError([f"not a UTF-8 text file ({e.reason} at byte {e.start})"],
+                        str(p)) from None
     try:
         doc = toml.loads(text)
     except toml.TOMLDecodeError as e:

@@ -146,7 +146,8 @@ def _rel(path) -> str:
 def read_jsonl(paths) -> list[dict]:
     rows = []
     for p in paths:
-        for line in Path(p).read_text().splitlines():
+        # undecodable bytes (a corrupt file) become U+FFFD: that line fails to parse
+        for line in Path(p).read_text(encoding="utf-8", errors="replace").splitlines():
             line = line.strip()
             if line:
                 try:

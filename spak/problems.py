@@ -57,6 +57,10 @@ shape grammar:  B x HEADS x SEQ x D [/QUAL ...]
 named sets: {sets}"""
 
 
+#: The largest head dim the kernels take (gpu.plan.MAX_HEAD_DIM).
+MAX_HEAD_DIM = 256
+
+
 class ShapeError(ValueError):
     """A shape string that does not follow the grammar (the message says why)."""
 
@@ -213,6 +217,9 @@ def parse_case(text: str) -> tuple[dict, dict]:
     for f, val in dims.items():
         if val < 1:
             raise ShapeError(f"{text!r}: {f} must be >= 1, got {val}")
+    if dims["D"] > MAX_HEAD_DIM:
+        raise ShapeError(f"{text!r}: D must be <= {MAX_HEAD_DIM} (the kernels' largest "
+                         f"head dim), got {dims['D']}")
     if dims["Hq"] % dims["Hkv"]:
         raise ShapeError(f"{text!r}: query heads {dims['Hq']} must be a multiple of "
                          f"key/value heads {dims['Hkv']}")

@@ -20,11 +20,14 @@ _CT_DTYPE = {"fp16": ct.float16, "bf16": ct.bfloat16}
 
 
 def tiles_dict(tiles) -> dict | None:
-    """Accept None, (M, N) or {"TILE_M": M, "TILE_N": N}."""
+    """Accept None, (M, N) or {"TILE_M": M, "TILE_N": N} (gpu.plan checks the values)."""
     if tiles is None or isinstance(tiles, dict):
         return tiles
+    if isinstance(tiles, (str, bytes)) or not hasattr(tiles, "__len__") or len(tiles) != 2:
+        raise TypeError(f"tiles must be None, a (TILE_M, TILE_N) pair or a dict "
+                        f"{{'TILE_M': .., 'TILE_N': ..}}, got {tiles!r}")
     m, n = tiles
-    return {"TILE_M": int(m), "TILE_N": int(n)}
+    return {"TILE_M": m, "TILE_N": n}
 
 
 def kernel_mask(mask: np.ndarray | None, B: int, Hq: int, Sq: int, Sk: int) -> np.ndarray | None:
@@ -49,9 +52,13 @@ def simulate_fmha(kernel_name: str, q, k, v, *, mask=None, causal=False, scale=N
     """Run the kernel's launches in the simulator; returns (out, launch reports).
 
     q/k/v: float16 arrays, or float32 arrays holding bf16 values with dtype="bf16".
+    Raises ValueError/TypeError naming the argument (docs/errors.md) before anything runs;
+    gpu.plan.plan_fmha checks the sizes, causal, scale and tiles.
     """
-    ctd = _CT_DTYPE[dtype]
-    Q, K, V = (sim.SimArray(np.ascontiguousarray(x), ctd, name=n) for x, n in ((q, "Q"), (k, "K"), (v, "V")))
+    ctd = _check_sim_inputs(q, k, v, mask, dtype)
+    # copies: inputs are read-only here (bf16 rounding happens on the copy, never in place)
+    Q, K, V = (sim.SimArray(np.array(x, order="C", copy=True), ctd, name=n)
+               for x, n in ((q, "Q"), (k, "K"), (v, "V")))
     B, Hq, Sq, _ = q.shape
     Sk, Dv = k.shape[2], v.shape[3]
     # poison the output: an element no block writes stays NaN (and the checker says so)
@@ -67,6 +74,46 @@ def simulate_fmha(kernel_name: str, q, k, v, *, mask=None, causal=False, scale=N
                          tiles=tiles_dict(tiles), alloc=alloc)
     reports = [sim.launch(L.kernel, L.grid, L.args, model=model) for L in launches]
     return out.data, reports
+
+
+_STORAGE = {"fp16": np.float16, "bf16": np.float32}
+
+
+def _check_sim_inputs(q, k, v, mask, dtype):
+    """What simulate_fmha checks itself (array types, ndim, storage dtypes, mask); returns
+    the cuTile dtype. Sizes, GQA, head dims, causal, scale and tiles: gpu.plan.plan_fmha."""
+    if dtype not in _CT_DTYPE:
+        raise ValueError(f"dtype must be one of {tuple(_CT_DTYPE)}, got {dtype!r}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+        if x.ndim != 4:
+            raise ValueError(f"{name} must be 4D [batch, heads, seq, head_dim], got shape "
+                             f"{x.shape}")
+        want = np.dtype(_STORAGE[dtype])
+        if x.dtype != want:
+            held = "float32 arrays holding bf16 values" if dtype == "bf16" else "float16"
+            raise TypeError(f"{name} dtype must be {want} for dtype={dtype!r} ({held}), "
+                            f"got {x.dtype}")
+    if mask is None:
+        return _CT_DTYPE[dtype]
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"mask must be a numpy array or None, got {type(mask).__name__}")
+    if mask.dtype != np.bool_ and mask.dtype.kind != "f":
+        raise TypeError(f"mask dtype must be bool (True = attend) or a float dtype "
+                        f"(additive), got {mask.dtype}")
+    B, Hq, Sq, _ = q.shape
+    Sk = k.shape[2]
+    ok = mask.ndim <= 4
+    if ok:
+        try:
+            np.broadcast_shapes(mask.shape, (B, Hq, Sq, Sk))
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ValueError(f"mask shape {mask.shape} does not broadcast to [B, Hq, Sq, Sk] = "
+                         f"{[B, Hq, Sq, Sk]}")
+    return _CT_DTYPE[dtype]
 
 
 def run_case(kernel_name: str, spec: ProblemSpec, *, tiles=None, model="sm_90", seed=0) -> dict:

@@ -1,0 +1,25 @@
+"""gpu.launch.fmha_into plans the fused kernel once per shape/config and reuses the plan
+with each call's own tensors (no GPU: ct.launch is replaced by a recorder)."""
+import torch
+
+import gpu.launch as gl
+
+
+def test_fused_plan_is_reused_with_new_tensors(monkeypatch):
+    import cuda.tile as ct
+    calls, plans = [], []
+    monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, args: calls.append((grid, kernel, args)))
+    real_plan = gl.plan_torch
+    monkeypatch.setattr(gl, "plan_torch", lambda *a, **k: plans.append(1) or real_plan(*a, **k))
+    gl._FUSED_PLANS.clear()
+    mk = lambda: [torch.randn(2, 4, 100, 64, dtype=torch.float16) for _ in range(4)]
+    a, b = mk(), mk()
+    for t in (a, b):
+        gl.fmha_into("fused", *t, causal=True, scale=0.125, tiles={"TILE_M": 64, "TILE_N": 64},
+                     hints={"occupancy": 2}, stream=object())
+    assert len(plans) == 1 and len(calls) == 2
+    (g1, k1, a1), (g2, k2, a2) = calls
+    assert g1 == g2 and k1 is k2 and a1[5:] == a2[5:]
+    assert all(x is y for x, y in zip(a2[:4], b)) and a2[4] is a1[4]   # new q,k,v,out; same dummy mask
+    gl.fmha_into("fused", *a, causal=False, scale=0.125, stream=object())   # other flags: new plan
+    assert len(plans) == 2
