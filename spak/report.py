@@ -63,7 +63,7 @@ INSTALL_HINT = ('spak report: plots need matplotlib, which is not installed.\n'
 
 def _norm(r: dict, source: str) -> Optional[dict]:
     """A result line in one shape: sweep rows as they are, run rows mapped onto them."""
-    schema = r.get("schema", "")
+    schema = r.get("schema") or ""
     if schema.startswith("spak.sweep/"):
         if r.get("kind") != "result":
             return None
@@ -105,10 +105,15 @@ def _rel(path) -> str:
 
 def load_rows(paths: Iterable) -> list[dict]:
     """Result rows of every file, normalised; later duplicates replace earlier ones."""
-    from spak.sweep import read_results
+    from spak.sweep import read_results, row_problem
     latest: dict = {}
     for p in paths:
-        for r in read_results(p, warn=lambda m: print("warning: " + m, file=sys.stderr)):
+        for n, r in enumerate(read_results(p, warn=lambda m: print("warning: " + m,
+                                                                    file=sys.stderr)), 1):
+            bad = row_problem(r)
+            if bad:
+                print(f"warning: {p}: skipping malformed row {n} ({bad})", file=sys.stderr)
+                continue
             row = _norm(r, _rel(p))
             if row is None:
                 continue
@@ -468,10 +473,22 @@ def load_leaderboard(path) -> dict:
     p = Path(path)
     if not p.exists():
         return {"version": LEADERBOARD_VERSION, "entries": []}
-    doc = json.loads(p.read_text())
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"{p}: cannot read the leaderboard ({type(e).__name__}: {e}); "
+                         f"fix or delete it") from None
     if not isinstance(doc, dict) or doc.get("version") != LEADERBOARD_VERSION or \
             not isinstance(doc.get("entries"), list):
         raise ValueError(f"{p}: not a version-{LEADERBOARD_VERSION} SPAK leaderboard")
+    for i, e in enumerate(doc["entries"]):
+        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in
+                                              ("gpu", "kernel", "dtype", "case")):
+            raise ValueError(f"{p}: entries[{i}] must be an object with string gpu, kernel, "
+                             f"dtype and case, got {e!r}"[:300])
+        t = e.get("tflops")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+            raise ValueError(f"{p}: entries[{i}].tflops must be a positive number, got {t!r}")
     return doc
 
 

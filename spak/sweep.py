@@ -55,7 +55,7 @@ from spak.problems import GRAMMAR_HELP, ProblemSpec, ShapeError, select_cases
 
 __all__ = ["SCHEMA", "SPACE_KEYS", "FALLBACK_SPACES", "config_id", "parse_space_args",
            "load_space", "expand_space", "Job", "plan_jobs", "compile_unit", "read_results",
-           "ResultsWriter", "SweepOptions", "Sweep", "estimate_seconds", "register",
+           "ResultsWriter", "row_problem", "SweepOptions", "Sweep", "estimate_seconds", "register",
            "cmd_sweep", "main", "git_commit", "provider_name"]
 
 SCHEMA = "spak.sweep/1"
@@ -344,6 +344,42 @@ def read_results(path, *, warn=None) -> list[dict]:
             if isinstance(obj, dict):
                 rows.append(obj)
     return rows
+
+
+_ROW_STR = ("schema", "kind", "sweep_id", "date", "gpu", "arch", "commit", "kernel", "case",
+            "shape", "dtype", "provider", "config_id", "status", "error", "mask")
+_ROW_NUM = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "flops", "ms_median", "ms_min", "ms_max",
+            "ms_p25", "ms_p75", "tflops", "rel_l2", "rel_l2_vs_sdpa", "pct_ceiling")
+_ROW_CFG = ("config", "tiles")
+_CFG_KEYS = ("TILE_M", "TILE_N", "occupancy", "num_ctas", "LAT_K", "LAT_V")
+
+
+def row_problem(r) -> Optional[str]:
+    """Why a results line (spak sweep / spak run, any kind) cannot be used, or None.
+
+    A corrupt file can hold valid JSON of the wrong shape (a hand edit, a bit flip): the
+    readers (report, store update, sweep --resume) skip such a row with a warning rather
+    than crash on it. Checks the types of the fields they use; absent fields are fine."""
+    if not isinstance(r, dict):
+        return f"not a JSON object ({type(r).__name__})"
+    for k in _ROW_STR:
+        if r.get(k) is not None and not isinstance(r[k], str):
+            return f"{k!r} must be a string, got {r[k]!r}"
+    for k in _ROW_NUM:
+        v = r.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{k!r} must be a number, got {v!r}"
+    for k in _ROW_CFG:
+        c = r.get(k)
+        if c is None:
+            continue
+        if not isinstance(c, dict):
+            return f"{k!r} must be an object, got {c!r}"
+        for ck in _CFG_KEYS:
+            v = c.get(ck)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                return f"{k}.{ck} must be an integer, got {v!r}"
+    return None
 
 
 class ResultsWriter:
@@ -965,6 +1001,9 @@ def _done_keys(rows, gpu: str, kernel: str, retry_failed: bool) -> set:
     for r in rows:
         if r.get("schema") != SCHEMA or r.get("kind") != "result" or r.get("gpu") != gpu:
             continue
+        if row_problem(r) or not all(isinstance(r.get(k), str)
+                                     for k in ("case", "provider", "config_id")):
+            continue                    # a malformed row is not "done": it runs again
         if r.get("kernel") != kernel and str(r.get("provider", "")).startswith("spak-"):
             continue
         if retry_failed and r.get("status") != "ok":
