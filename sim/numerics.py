@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+from numba import types as nbtypes
+from numba.extending import intrinsic, overload
 import cuda.tile as ct
 
 from . import dtypes
@@ -273,8 +275,267 @@ def _ftz(r: np.ndarray) -> np.ndarray:
 
 
 class Sm90v0(NumericModel):
-    name = "sm_90"
+    name = "sm_90-v0"
     description = __doc__.split("`Sm90v0`", 1)[1].split("\n\"\"\"")[0] if __doc__ else ""
+
+
+# ---------------------------------------------------------------------------------------
+# sm_90 v1: measured on an H200 (docs/numerics-sm90.md has the data and the rejected fits)
+
+@intrinsic
+def _f64_bits(typingctx, x):
+    """The IEEE bit pattern of a float64 as int64 (a register bitcast, vectorisable)."""
+    sig = nbtypes.int64(nbtypes.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(nbtypes.int64))
+    return sig, codegen
+
+
+@intrinsic
+def _bits_f64(typingctx, x):
+    sig = nbtypes.float64(nbtypes.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(nbtypes.float64))
+    return sig, codegen
+
+
+@numba.njit(inline="always", cache=_CACHE)
+def _half_to_f64(h):
+    """fp16 bit pattern (uint16) -> float64, exactly (numba has no float16 arithmetic)."""
+    h = np.int64(h)
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 0:
+        v = np.float64(m) * 2.0 ** -24
+    elif e == 31:
+        v = np.inf if m == 0 else np.nan
+    else:
+        v = _bits_f64(((e - 15 + 1023) << 52) | (m << 42))
+    return -v if (h >> 15) & 1 else v
+
+
+def _to_f64(x):
+    pass
+
+
+@overload(_to_f64, inline="always")
+def _ov_to_f64(x):
+    if isinstance(x, nbtypes.Integer):
+        return lambda x: _half_to_f64(x)
+    return lambda x: np.float64(x)
+
+
+_NOEXP = -100000     # exponent of a zero term: never the largest
+
+
+@numba.njit(inline="always", cache=_CACHE)
+def _expo(v, emin):
+    """floor(log2|v|) of a finite float64, clamped below at emin (subnormals of the
+    input format sit at its minimum exponent); _NOEXP for zero."""
+    e = np.int32(((_f64_bits(v) >> 52) & 0x7FF) - 1023)
+    e = max(e, np.int32(emin))
+    return e if v != 0.0 else np.int32(_NOEXP)
+
+
+@numba.njit(inline="always", cache=_CACHE)
+def _rz_f32(v):
+    """float64 -> the float32 value nearest v toward zero (fp32 subnormals included);
+    returned as float64. Magnitudes >= 2^128 give inf on the float32 conversion (MMA-Sim)."""
+    bits = _f64_bits(v)
+    if ((bits >> 52) & 0x7FF) >= 1023 - 126:
+        return _bits_f64(bits & ~np.int64((1 << 29) - 1))
+    return np.trunc(v * 2.0 ** 149) * 2.0 ** -149
+
+
+@numba.njit(cache=_CACHE)
+def _hopper_step_scalar(arow, bcol, k0, k1, c, emin):
+    """One k16 step for one output element, with MMA-Sim's special values: a NaN anywhere
+    gives the canonical NaN, an infinite sum gives that infinity."""
+    s = c
+    for k in range(k0, k1):
+        s += arow[k] * bcol[k]
+    if s != s:
+        return np.nan
+    if s == np.inf or s == -np.inf:
+        return s
+    E = _expo(c, -126)
+    for k in range(k0, k1):
+        if arow[k] != 0.0 and bcol[k] != 0.0:
+            E = max(E, _expo(arow[k], emin) + _expo(bcol[k], emin))
+    sc = _bits_f64(np.int64(1023 + 25 - E) << 52) if E > _NOEXP // 2 else 1.0
+    acc = np.trunc(c * sc)
+    for k in range(k0, k1):
+        acc += np.trunc(arow[k] * bcol[k] * sc)
+    return _rz_f32(acc / sc)
+
+
+@numba.njit(cache=_CACHE, error_model="numpy")
+def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
+    """out[M,N] = the sm_90 tensor core's a[M,K] @ b[K,N] + c[M,N], fp32 accumulator.
+
+    Per k-step of `kstep` (16: one wgmma k16): E = the largest of the unnormalised product
+    exponents e(a)+e(b) and e(c); every product and c truncated toward zero to a multiple
+    of 2^(E-25); exact sum; result rounded toward zero to fp32, the next step's c."""
+    M, K = a.shape
+    N = b.shape[1]
+    for k in range(K):
+        for j in range(N):
+            v = _to_f64(b[k, j])
+            bf[k, j] = v
+            eb[k, j] = _expo(v, emin)
+    for i in range(M):
+        for j in range(N):
+            cur[j] = c[i, j]
+        for k0 in range(0, K, kstep):
+            k1 = min(k0 + kstep, K)
+            if slow:
+                for j in range(N):
+                    cur[j] = _hopper_step_scalar(a[i], bf[:, j], k0, k1, cur[j], emin)
+                continue
+            for j in range(N):
+                E[j] = _expo(cur[j], -126)
+            for k in range(k0, k1):
+                v = a[i, k]
+                if v == 0.0:
+                    continue
+                ea = _expo(v, emin)
+                for j in range(N):
+                    E[j] = max(E[j], ea + eb[k, j])
+            for j in range(N):
+                e = E[j]
+                s = _bits_f64(np.int64(1023 + 25 - e) << 52) if e > _NOEXP // 2 else 1.0
+                sc[j] = s
+                acc[j] = np.int64(cur[j] * s)
+            for k in range(k0, k1):
+                av = a[i, k]
+                for j in range(N):
+                    acc[j] += np.int64(av * bf[k, j] * sc[j])
+            for j in range(N):
+                cur[j] = _rz_f32(np.float64(acc[j]) / sc[j])
+        for j in range(N):
+            out[i, j] = np.float32(cur[j])
+
+
+@numba.njit(cache=_CACHE)
+def _hopper_one(a, b, c, out, t, emin, kstep, slow):
+    K = b.shape[1]
+    N = b.shape[2]
+    _hopper_lane(a[min(t, a.shape[0] - 1)], b[min(t, b.shape[0] - 1)],
+                 c[min(t, c.shape[0] - 1)], out[t], emin, kstep, slow[t],
+                 np.empty((K, N)), np.empty((K, N), np.int32), np.empty(N),
+                 np.empty(N, np.int64), np.empty(N, np.int32), np.empty(N))
+
+
+def _hopper_mma_py(a, b, c, out, emin, kstep, slow):
+    for t in numba.prange(out.shape[0]):
+        _hopper_one(a, b, c, out, np.int64(t), emin, kstep, slow)
+
+
+_hopper_mma_serial = numba.njit(cache=_CACHE)(_renamed(_hopper_mma_py, "_serial"))
+_hopper_mma_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_hopper_mma_py, "_parallel"))
+
+
+def hopper_mma_f32(a, b, c, in_dtype, kstep=16):
+    """The sm_90 HGMMA model on lane-leading arrays: a [La,M,K] (float values), b [Lb,K,N]
+    (float16 storage for fp16, float32 holding bf16 values), c [Lc,M,N] float32 -> float32
+    [L,M,N]. Lane axes of size 1 broadcast."""
+    emin = -14 if in_dtype == ct.float16 else -126
+    a = np.ascontiguousarray(a, np.float64)
+    b = np.ascontiguousarray(b)
+    if b.dtype == np.float16:
+        b = b.view(np.uint16)
+    elif b.dtype != np.float32:
+        b = b.astype(np.float64)
+    c = np.ascontiguousarray(c, np.float32)
+    lanes = max(a.shape[0], b.shape[0], c.shape[0])
+    out = np.empty((lanes, a.shape[1], b.shape[2]), np.float32)
+    slow = _nonfinite_lanes(a, lanes) | _nonfinite_lanes(c, lanes)
+    if b.dtype == np.uint16:
+        slow |= _nonfinite_lanes_f16(b, lanes)
+    else:
+        slow |= _nonfinite_lanes(b, lanes)
+    fn = _hopper_mma_parallel if lanes * a.shape[1] * b.shape[2] >= (1 << 14) else _hopper_mma_serial
+    fn(a, b, c, out, emin, kstep, slow)
+    return out
+
+
+def _nonfinite_lanes(x, lanes):
+    bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+    return np.broadcast_to(bad, (lanes,)).copy() if bad.shape[0] != lanes else bad
+
+
+def _nonfinite_lanes_f16(xb, lanes):
+    bad = ((xb.reshape(xb.shape[0], -1) & 0x7C00) == 0x7C00).any(axis=1)
+    return np.broadcast_to(bad, (lanes,)).copy() if bad.shape[0] != lanes else bad
+
+
+# row sums: a [.., 128] fp32 row is 32 chunks of 4 neighbours (one per lane of a warp);
+# each chunk adds (x0+x1)+(x2+x3), then the chunks meet in a halving (shuffle) tree.
+_SUM_CHUNK = 4
+
+
+def tree_sum_f32(x: np.ndarray, axis: int) -> np.ndarray:
+    """float32 sum along one axis in the sm_90 order (docs/numerics-sm90.md)."""
+    x = np.moveaxis(np.asarray(x, np.float32), axis, -1)
+    n = x.shape[-1]
+    c = min(_SUM_CHUNK, n)
+    x = x.reshape(x.shape[:-1] + (n // c, c))
+    while x.shape[-1] > 1:                      # inside a chunk: adjacent pairs
+        x = x[..., 0::2] + x[..., 1::2]
+    x = x[..., 0]
+    while x.shape[-1] > 1:                      # across chunks: halving tree
+        h = x.shape[-1] // 2
+        x = x[..., :h] + x[..., h:]
+    return x[..., 0]
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and (n & (n - 1)) == 0
+
+
+class Sm90(Sm90v0):
+    """sm_90 (H100/H200), measured on an H200 on 2026-11-22 (docs/numerics-sm90.md).
+
+    * mma fp16/bf16 -> fp32: per wgmma k16 step, products exact, all 16 products and the
+      accumulator truncated at 25 bits below the largest unnormalised exponent, exact sum,
+      fp32 round-toward-zero; steps in K order. 100% bit-identical on 2.1M probe outputs.
+    * float32 sums along one axis of power-of-two length: chunks of 4 neighbours
+      ((x0+x1)+(x2+x3)), then a halving tree across chunks. 100% on the probe rows of 128.
+    * fp32 -> fp16/bf16: RNE (100% on the probe).
+    * exp2 (ex2.approx.ftz) and approximate division: still v0's formulas (declared
+      approximate; see the document for the measured error distributions).
+    * fp16-accumulator mma, tf32/fp64 mma, multi-axis and non-fp32 sums: v0's formulas."""
+
+    name = "sm_90"
+
+    def mma(self, a, b, acc, acc_dtype, y_share=None):
+        in_dt = _mma_input_dtype(b)
+        if acc_dtype == ct.float32 and in_dt is not None and a.ndim == 3 and b.ndim == 3:
+            return hopper_mma_f32(a, b, acc, in_dt)
+        return super().mma(a, b, acc, acc_dtype, y_share=y_share)
+
+    def sum(self, x, axis, dtype):
+        axes = (axis,) if np.isscalar(axis) else tuple(axis)
+        if dtype == ct.float32 and len(axes) == 1 and _pow2(x.shape[axes[0]]):
+            return tree_sum_f32(x, axes[0])
+        return super().sum(x, axis, dtype)
+
+
+Sm90.description = Sm90.__doc__
+
+
+def _mma_input_dtype(b):
+    """fp16 or bf16 from the storage of the mma's second operand; None for anything else
+    (float32 storage holding values that are not all bf16 is a tf32 mma: v0 path)."""
+    if b.dtype == np.float16:
+        return ct.float16
+    if b.dtype == np.float32:
+        bb = np.ascontiguousarray(b).view(np.uint32)
+        if not (bb & 0xFFFF).any():
+            return ct.bfloat16
+    return None
 
 
 class Sm120v0(Sm90v0):
@@ -282,12 +543,13 @@ class Sm120v0(Sm90v0):
     description = "Same declared arithmetic as sm_90 v0; not yet calibrated on an RTX 5070."
 
 
-MODELS = {"sm_90": Sm90v0, "sm_120": Sm120v0, "ieee": NumericModel}
+MODELS = {"sm_90": Sm90, "sm_90-v0": Sm90v0, "sm_120": Sm120v0, "ieee": NumericModel}
 _instances: dict[str, NumericModel] = {}
 
 
 def get_model(model) -> NumericModel:
-    """A model instance by name ('sm_90', 'sm_120', 'ieee') or a NumericModel passed as is."""
+    """A model instance by name ('sm_90', 'sm_90-v0', 'sm_120', 'ieee') or a NumericModel
+    passed as is."""
     if isinstance(model, NumericModel):
         return model
     try:

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 from spak import __version__
 from spak.metrics import GATES
 from spak.problems import GRAMMAR_HELP, SHAPE_SETS, ShapeError, parse_case, select_cases
+from spak.jsonl import jsonable as _jsonable
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "parse_tiles", "shape_arg",
            "format_table", "format_row", "summary_line", "TABLE_HEADER"]
@@ -133,17 +134,6 @@ def summary_line(rows: Sequence[dict], wall: float | None = None) -> str:
     return s + (f", {wall:.1f} s in all" if wall is not None else "")
 
 
-def _jsonable(x):
-    """Strict JSON: non-finite floats become null (NaN/Inf counts are reported apart)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):  # numpy scalars
-        return _jsonable(x.item())
-    return x
 
 
 # ---------------------------------------------------------------------- sim

@@ -44,9 +44,10 @@ from gpu.variants import apply_hints, split_config
 from spak import __version__
 from spak.metrics import GATES
 from spak.problems import GRAMMAR_HELP, ShapeError, select_cases
+from spak.jsonl import jsonable as _jsonable
 
 __all__ = ["register", "cmd_run", "sim_slice", "time_events", "stats", "append_jsonl",
-           "PROVIDERS_SDPA"]
+           "failure_text", "guarded_case", "PROVIDERS_SDPA"]
 
 PROVIDERS_SDPA = ("flash", "cudnn", "efficient")
 KERNELS = ("fused", "naive")
@@ -95,25 +96,66 @@ def sim_slice(B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int, tile_m: int,
 
 
 def append_jsonl(path: Optional[Path], row: dict) -> None:
-    """Append one JSON line and fsync it: a killed run loses nothing already written."""
+    """Append one JSON line and fsync it: a killed run loses nothing already written.
+
+    A torn last line (a run killed in the middle of a write) is ended with a newline
+    first, so it cannot swallow this row (readers skip the torn line)."""
     if path is None:
         return
-    with open(path, "a") as f:
-        f.write(json.dumps(_jsonable(row), allow_nan=False) + "\n")
+    line = (json.dumps(_jsonable(row), allow_nan=False) + "\n").encode()
+    with open(path, "a+b") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                line = b"\n" + line
+        f.write(line)                      # "a" mode: always at the end
         f.flush()
         os.fsync(f.fileno())
 
 
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
-    return x
+def failure_text(exc: BaseException) -> str:
+    """An exception as a row's "error"; a CUDA out-of-memory error also frees torch's cached
+    blocks, so the next shape starts with what memory is left."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        try:
+            import torch
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 -- best effort
+            pass
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"OutOfMemoryError: {first}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def guarded_case(spec, kernels, run, emit, base: dict) -> list[dict]:
+    """``run(emit)`` -> the rows of one shape. A failure outside the per-kernel guards of
+    run_case (making the inputs, the float64 and SDPA references: a CUDA OOM on a huge
+    shape) becomes an error row for each kernel that has none yet, emitted, and the batch
+    goes on with the next shape. KeyboardInterrupt and SystemExit still end the run."""
+    done: list[dict] = []
+
+    def emit_seen(row):
+        done.append(row)
+        emit(row)
+    try:
+        return run(emit_seen)
+    except Exception as exc:  # noqa: BLE001 -- one shape's failure is rows, not the end
+        err = failure_text(exc)
+    rows = list(done)
+    have = {r.get("provider") for r in done}
+    for kernel in kernels:
+        if f"spak-{kernel}" in have:
+            continue
+        row = {**base, "case": spec.case_id, "shape": spec.display, "B": spec.B,
+               "Hq": spec.Hq, "Hkv": spec.Hkv, "Sq": spec.Sq, "Sk": spec.Sk, "D": spec.D,
+               "dtype": spec.dtype, "causal": spec.causal, "mask": spec.mask,
+               "flops": spec.flops, "provider": f"spak-{kernel}", "kernel": kernel,
+               "tiles": None, "error": err, "passed": False, "gate": GATES[spec.dtype]}
+        emit(row)
+        rows.append(row)
+    return rows
+
+
 
 
 def _slug(text: str) -> str:
@@ -459,11 +501,8 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                 row["input_sets"] = n_sets
                 del outs, plans, alloc
             del out
-        except torch.cuda.OutOfMemoryError as exc:
-            row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0]}"
-            torch.cuda.empty_cache()
-        except Exception as exc:  # noqa: BLE001 -- one failure is a row, not the end
-            row["error"] = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 -- one failure (OOM too) is a row, not the end
+            row["error"] = failure_text(exc)
         finish(row)
 
     if not args.no_sdpa and not args.no_time:
@@ -491,11 +530,8 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                         lambda i: F(*sets[i], attn_mask=sdpa_mask, is_causal=sdpa_causal,
                                     scale=scale, enable_gqa=gqa), n_sets))
                     row["input_sets"] = n_sets
-            except torch.cuda.OutOfMemoryError as exc:
-                row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0]}"
-                torch.cuda.empty_cache()
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # noqa: BLE001 -- OOM too: a row, not the end
+                row["error"] = failure_text(exc)
             finish(row)
     del sets, q, k, v, mask, kmask, ref, sdpa_ref
     torch.cuda.empty_cache()
@@ -644,7 +680,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(HEADER, file=log, flush=True)
     t0 = time.perf_counter()
     for spec in specs:
-        rows = run_case(spec, kernels, args, env, ceiling, emit)
+        rows = guarded_case(spec, kernels,
+                            lambda em: run_case(spec, kernels, args, env, ceiling, em),
+                            emit, env.base)
         for line in format_case(rows):
             print(line, file=log, flush=True)
     wall = time.perf_counter() - t0

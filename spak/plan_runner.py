@@ -56,6 +56,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from spak.jsonl import jsonable as _jsonable
+
 __all__ = ["register", "cmd_plan", "PlanRunner", "write_report", "format_markdown"]
 
 PASS, FAIL = "PASS", "FAIL"
@@ -72,18 +74,6 @@ def _fmt(x, spec=".2e") -> str:
     return format(x, spec)
 
 
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
-    if isinstance(x, Path):
-        return str(x)
-    return x
 
 
 # ------------------------------------------------------------------- machine facts

@@ -53,6 +53,23 @@ def _geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def _usable(r: dict, row_problem) -> bool:
+    """Whether a result row has what choose() needs, with the right types."""
+    if row_problem(r) or r.get("tflops", 0) <= 0:
+        return False
+    if not all(isinstance(r.get(k), str) for k in ("gpu", "kernel", "case", "config_id")):
+        return False
+    if not all(isinstance(r.get(k), int) and r[k] >= 1 for k in ("D", "Sk")):
+        return False
+    if not all(isinstance(r["config"].get(k), int) for k in ("TILE_M", "TILE_N")):
+        return False
+    try:
+        tuned.normalize_dtype(r.get("dtype"))
+    except ValueError:
+        return False
+    return True
+
+
 def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str] = None,
            kernel: Optional[str] = None) -> list[dict]:
     """Store entries (spak.tuned format) chosen from result rows (see the module doc).
@@ -61,6 +78,7 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
     that applies the tiles dict alone). Rows carry "_source" (their file) when read by
     update_store.
     """
+    from spak.sweep import row_problem
     groups: dict = {}
     for r in rows:
         if r.get("kind") != "result" or r.get("status") != "ok" or not r.get("tflops"):
@@ -68,6 +86,8 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
         prov = str(r.get("provider", ""))
         if not prov.startswith("spak-") or not r.get("config"):
             continue
+        if not _usable(r, row_problem):
+            continue                 # a malformed row of a corrupt file: not a candidate
         if gpu is not None and r.get("gpu") != gpu or kernel is not None and \
                 r.get("kernel") != kernel:
             continue

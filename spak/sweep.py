@@ -52,6 +52,7 @@ from typing import Optional
 
 from spak import __version__
 from spak.problems import GRAMMAR_HELP, ProblemSpec, ShapeError, select_cases
+from spak.jsonl import jsonable as _jsonable
 
 __all__ = ["SCHEMA", "SPACE_KEYS", "FALLBACK_SPACES", "config_id", "parse_space_args",
            "load_space", "expand_space", "Job", "plan_jobs", "compile_unit", "read_results",
@@ -405,16 +406,6 @@ class ResultsWriter:
         self.f.close()
 
 
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
-    return x
 
 
 def git_commit(override: Optional[str] = None) -> tuple[Optional[str], Optional[bool]]:

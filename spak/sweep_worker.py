@@ -30,6 +30,8 @@ import sys
 import time
 import zlib
 
+from spak.jsonl import jsonable as _jsonable
+
 __all__ = ["STATUSES", "CHECK_RTOL", "check_threshold", "GpuRunner", "FakeRunner",
            "make_runner", "main", "tiny_dim", "stats"]
 
@@ -466,16 +468,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
-    return x
 
 
 def main(argv=None) -> int:

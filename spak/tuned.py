@@ -85,12 +85,52 @@ def _validate(doc, path) -> dict:
         missing = [k for k in (*_KEYS, "tiles") if k not in e]
         if missing:
             raise TunedStoreError(f"{path}: configs[{i}] lacks {missing}")
-        t = e["tiles"]
-        if not isinstance(t, dict) or not all(isinstance(t.get(k), int) and t[k] > 0
-                                              for k in ("TILE_M", "TILE_N")):
-            raise TunedStoreError(f"{path}: configs[{i}].tiles must hold positive ints "
-                                  f"TILE_M and TILE_N, got {t!r}")
+        bad = _entry_problem(e)
+        if bad:
+            raise TunedStoreError(f"{path}: configs[{i}].{bad}")
     return doc
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _entry_problem(e: dict) -> Optional[str]:
+    """What is wrong with one entry's fields ("field: why"), or None. Every field a lookup,
+    spak.fmha or `spak store show` reads is checked, so a corrupt store is reported (and
+    ignored by lookup) instead of crashing them later."""
+    for k in ("gpu", "kernel"):
+        if not isinstance(e[k], str):
+            return f"{k} must be a string, got {e[k]!r}"
+    if e["dtype"] not in ("fp16", "bf16"):
+        return f"dtype must be 'fp16' or 'bf16', got {e['dtype']!r}"
+    if not _is_int(e["head_dim"]) or not 1 <= e["head_dim"] <= 256:
+        return f"head_dim must be an int in [1, 256], got {e['head_dim']!r}"
+    if not isinstance(e["causal"], bool):
+        return f"causal must be true or false, got {e['causal']!r}"
+    if not _is_int(e["seq_bucket"]) or e["seq_bucket"] < 1:
+        return f"seq_bucket must be a positive int, got {e['seq_bucket']!r}"
+    t = e["tiles"]
+    if not isinstance(t, dict):
+        return f"tiles must be an object, got {t!r}"
+    for k in ("TILE_M", "TILE_N"):
+        n = t.get(k)
+        if not _is_int(n) or not 16 <= n <= 256 or n & (n - 1):
+            return f"tiles.{k} must be a power of two in [16, 256], got {n!r}"
+    for k, v in t.items():
+        if v is not None and (not _is_int(v) or v < 0):
+            return f"tiles.{k} must be a non-negative int or null, got {v!r}"
+    for k in ("tflops", "default_tflops", "speedup_vs_default"):
+        if e.get(k) is not None and not _is_num(e[k]):
+            return f"{k} must be a number or null, got {e[k]!r}"
+    for k in ("date", "source", "config_id", "commit", "sweep_id"):
+        if e.get(k) is not None and not isinstance(e[k], str):
+            return f"{k} must be a string or null, got {e[k]!r}"
+    return None
 
 
 _cache: dict = {}
@@ -107,7 +147,7 @@ def load_store(path=None) -> dict:
     if key not in _cache:
         try:
             doc = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise TunedStoreError(f"{p}: cannot read the tuned-config store "
                                   f"({type(e).__name__}: {e}); fix or delete it") from None
         _cache.clear()
