@@ -145,8 +145,11 @@ def _bind_args(names, const, wide, args, kname):
 
 
 def _grid3(grid):
-    if isinstance(grid, int):
+    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
         grid = (grid,)
+    if not isinstance(grid, (tuple, list)) or not all(
+            isinstance(g, (int, np.integer)) and not isinstance(g, bool) for g in grid):
+        raise TypeError(f"sim.launch: grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
     grid = tuple(int(g) for g in grid)
     if not 1 <= len(grid) <= 3 or any(g < 1 for g in grid):
         raise ValueError(f"sim.launch: grid must be 1 to 3 positive ints, got {grid}")
@@ -163,6 +166,9 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
     t0 = time.perf_counter()
     fn, names, const, wide, kname = _signature(kernel)
     grid = _grid3(grid)
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"sim.launch: args must be a tuple or list of kernel arguments, "
+                        f"got {type(args).__name__}")
     bound, arrays = _bind_args(names, const, wide, tuple(args), kname)
     for a in arrays:
         a.owner = None

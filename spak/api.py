@@ -19,9 +19,8 @@ It mirrors ``torch.nn.functional.scaled_dot_product_attention`` where they overl
 
 Every input is validated before anything runs (ValueError / TypeError naming the argument
 and the accepted values; docs/errors.md has the table). Non-contiguous inputs are copied.
-Values inside q/k/v are not checked: NaN/inf in V propagate as in SDPA, but the fused
-kernel outputs zeros, not NaN, for a row whose scores hold a NaN (NaN/inf in q or k, +inf
-in the mask); the naive kernel propagates it (docs/errors.md, "NaN and inf").
+Values inside q/k/v are not checked: NaN/inf in q, k, v or the mask propagate as in SDPA
+(both kernels; docs/errors.md, "NaN and inf").
 Forward only (no autograd).
 
 ``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake

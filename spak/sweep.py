@@ -344,6 +344,8 @@ def read_results(path, *, warn=None) -> list[dict]:
                 continue
             if isinstance(obj, dict):
                 rows.append(obj)
+            elif warn:
+                warn(f"{p}:{n}: skipping a line that is not a JSON object ({line[:60]!r})")
     return rows
 
 

@@ -148,7 +148,9 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
-    has_keys = l_i > 0.0
+    # (!= rather than >: a NaN sum, from NaN/inf in Q, K or the mask, must stay NaN as
+    # in SDPA instead of turning the row into zeros)
+    has_keys = l_i != 0.0
     l_safe = ct.where(has_keys, l_i, 1.0)
     out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
     out = ct.where(has_keys, out, 0.0)
