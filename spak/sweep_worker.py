@@ -30,6 +30,7 @@ import sys
 import time
 import zlib
 
+from spak.gpurun import stats
 from spak.jsonl import jsonable as _jsonable
 
 __all__ = ["STATUSES", "CHECK_RTOL", "check_threshold", "GpuRunner", "FakeRunner",
@@ -53,18 +54,6 @@ def check_threshold(dtype: str) -> float:
     return CHECK_RTOL[dtype]
 
 
-def stats(ms: list) -> dict:
-    """median/min/max/p25/p75 (ms) and relative spread (p75-p25)/median of samples."""
-    s = sorted(float(x) for x in ms)
-    n = len(s)
-
-    def q(f):
-        i = f * (n - 1)
-        lo, hi = int(math.floor(i)), int(math.ceil(i))
-        return s[lo] + (s[hi] - s[lo]) * (i - lo)
-    med = q(0.5)
-    return {"ms_median": med, "ms_min": s[0], "ms_max": s[-1], "ms_p25": q(0.25),
-            "ms_p75": q(0.75), "spread": (q(0.75) - q(0.25)) / med if med else None}
 
 
 def tiny_dim(d: int) -> int:
