@@ -54,8 +54,6 @@ def check_threshold(dtype: str) -> float:
     return CHECK_RTOL[dtype]
 
 
-
-
 def tiny_dim(d: int) -> int:
     """A small extent with the same cuTile JIT specialisation as ``d``.
 
