@@ -97,24 +97,11 @@ def main():
     ex.update(sum_x=xs, sum_y=Ys.cpu().numpy())
     np.savez_compressed(out / "probe_elementwise.npz", **ex)
 
-    # agreement with today's simulator model, op by op
-    from sim.numerics import get_model
-    m = get_model("sm_90")
-    yx = m.exp2(x, ct.float32, True)
-    print(f"exp2 ftz: {np.mean(yx.view(np.uint32) == ex['y'].view(np.uint32)) * 100:.4f}% bit-identical")
-    yq = m.truediv(z, w, ct.float32, ct.RoundingMode.APPROX, True)
-    print(f"div approx: {np.mean(yq.view(np.uint32) == ex['div_q'].view(np.uint32)) * 100:.4f}% bit-identical")
-    print(f"cast f16: {np.mean(xc.astype(np.float16).view(np.uint16) == ex['cast_f16'].view(np.uint16)) * 100:.4f}%")
-    yb = m.round_to(xc, ct.bfloat16)
-    print(f"cast bf16: {np.mean(yb.view(np.uint32) == ex['cast_bf16'].view(np.uint32)) * 100:.4f}%")
-    ys = m.sum(xs, 2, ct.float32)
-    print(f"row sum: {np.mean(ys.view(np.uint32) == ex['sum_y'].view(np.uint32)) * 100:.4f}%")
-    for key in [k for k in arrays if k.endswith("_d")]:
-        base = key[:-2]
-        a, b, c = (arrays[base + s].astype(np.float64) for s in ("_a", "_b", "_c"))
-        ref = m.round_to(np.matmul(a, b) + c, ct.float32)
-        same = np.mean(ref.view(np.uint32) == arrays[key].view(np.uint32)) * 100
-        print(f"{base}: {same:.3f}% bit-identical to exact-sum-one-rounding")
+    # agreement with the simulator's models, op by op (the same code as `spak calibrate --check`)
+    from spak.calibrate import agreement
+    for model in ("sm_90", "sm_90-v0"):
+        for op, group, pct, worst in agreement(model, out):
+            print(f"{model} {op} {group}: {pct:.4f}% bit-identical, worst {worst} ulp")
     print("files:", sorted(os.listdir(out)))
 
 

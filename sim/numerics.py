@@ -6,7 +6,11 @@ whose result can differ between an IEEE reference and the GPU: tensor-core produ
 Plain fp32/fp16 add, sub, mul and max are IEEE round-to-nearest-even on the GPU and in
 numpy alike, so they need no model.
 
-`Sm90v0` is the first declared model. What it assumes, and what is not yet calibrated
+`Sm90` ("sm_90") is the model measured on an H200 (docs/numerics-sm90.md): the tensor
+core's truncating k16 fused sums and the row-sum tree bit for bit, exp2 and approximate
+division declared approximate until ci/numerics_tables.py records the MUFU tables.
+
+`Sm90v0` ("sm_90-v0") is the first declared model. What it assumes, and what is not yet calibrated
 against the hardware (the bit-exact issue replaces these with measured behaviour):
   * mma: products of fp16/bf16 operands are exact; the whole K sum plus the accumulator
     is formed in float64 and rounded once to the accumulator dtype (RNE). The H100 tensor
@@ -95,10 +99,10 @@ def _renamed(pyfunc, suffix):
     return f
 
 
-def _dual(pyfunc):
+def _dual(pyfunc, **opts):
     """A serial and a parallel numba build of one loop; calls pick by problem size."""
-    serial = numba.njit(cache=_CACHE)(_renamed(pyfunc, "_serial"))
-    parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(pyfunc, "_parallel"))
+    serial = numba.njit(cache=_CACHE, **opts)(_renamed(pyfunc, "_serial"))
+    parallel = numba.njit(parallel=True, cache=_CACHE, **opts)(_renamed(pyfunc, "_parallel"))
 
     def call(*args):
         big = args[0].size >= PARALLEL_MIN
@@ -109,7 +113,7 @@ def _dual(pyfunc):
 
 _bf16_round_f32 = _dual(_bf16_round_f32_py)
 _exp2_f32 = _dual(_exp2_f32_py)
-_div_approx_f32 = _dual(_div_approx_f32_py)
+_div_approx_f32 = _dual(_div_approx_f32_py, error_model="numpy")   # y = 0 -> inf, not an exception
 
 
 def _single_threaded_blas() -> bool:
@@ -276,7 +280,8 @@ def _ftz(r: np.ndarray) -> np.ndarray:
 
 class Sm90v0(NumericModel):
     name = "sm_90-v0"
-    description = __doc__.split("`Sm90v0`", 1)[1].split("\n\"\"\"")[0] if __doc__ else ""
+    description = ("The first declared model" + __doc__.split("is the first declared model", 1)[1]
+                   if __doc__ else "")
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,7 +362,7 @@ def _hopper_step_scalar(arow, bcol, k0, k1, c, emin):
     for k in range(k0, k1):
         s += arow[k] * bcol[k]
     if s != s:
-        return np.nan
+        return _bits_f64(0x7FFFFFFFE0000000)       # -> float32 0x7FFFFFFF
     if s == np.inf or s == -np.inf:
         return s
     E = _expo(c, -126)
@@ -396,22 +401,54 @@ def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
                 continue
             for j in range(N):
                 E[j] = _expo(cur[j], -126)
-            for k in range(k0, k1):
-                v = a[i, k]
-                if v == 0.0:
-                    continue
-                ea = _expo(v, emin)
+            k = k0
+            while k + 8 <= k1:            # 8 k at a time: fewer passes over E (speed)
+                e0 = _expo(a[i, k], emin)
+                e1 = _expo(a[i, k + 1], emin)
+                e2 = _expo(a[i, k + 2], emin)
+                e3 = _expo(a[i, k + 3], emin)
+                e4 = _expo(a[i, k + 4], emin)
+                e5 = _expo(a[i, k + 5], emin)
+                e6 = _expo(a[i, k + 6], emin)
+                e7 = _expo(a[i, k + 7], emin)
+                for j in range(N):
+                    E[j] = max(max(max(E[j], max(e0 + eb[k, j], e1 + eb[k + 1, j])),
+                                   max(e2 + eb[k + 2, j], e3 + eb[k + 3, j])),
+                               max(max(e4 + eb[k + 4, j], e5 + eb[k + 5, j]),
+                                   max(e6 + eb[k + 6, j], e7 + eb[k + 7, j])))
+                k += 8
+            while k < k1:
+                ea = _expo(a[i, k], emin)
                 for j in range(N):
                     E[j] = max(E[j], ea + eb[k, j])
+                k += 1
             for j in range(N):
                 e = E[j]
                 s = _bits_f64(np.int64(1023 + 25 - e) << 52) if e > _NOEXP // 2 else 1.0
                 sc[j] = s
                 acc[j] = np.int64(cur[j] * s)
-            for k in range(k0, k1):
+            k = k0
+            while k + 8 <= k1:
+                a0 = a[i, k]
+                a1 = a[i, k + 1]
+                a2 = a[i, k + 2]
+                a3 = a[i, k + 3]
+                a4 = a[i, k + 4]
+                a5 = a[i, k + 5]
+                a6 = a[i, k + 6]
+                a7 = a[i, k + 7]
+                for j in range(N):
+                    s = sc[j]
+                    acc[j] += (((np.int64(a0 * bf[k, j] * s) + np.int64(a1 * bf[k + 1, j] * s))
+                                + (np.int64(a2 * bf[k + 2, j] * s) + np.int64(a3 * bf[k + 3, j] * s)))
+                               + ((np.int64(a4 * bf[k + 4, j] * s) + np.int64(a5 * bf[k + 5, j] * s))
+                                  + (np.int64(a6 * bf[k + 6, j] * s) + np.int64(a7 * bf[k + 7, j] * s))))
+                k += 8
+            while k < k1:
                 av = a[i, k]
                 for j in range(N):
                     acc[j] += np.int64(av * bf[k, j] * sc[j])
+                k += 1
             for j in range(N):
                 cur[j] = _rz_f32(np.float64(acc[j]) / sc[j])
         for j in range(N):
@@ -471,6 +508,78 @@ def _nonfinite_lanes_f16(xb, lanes):
     return np.broadcast_to(bad, (lanes,)).copy() if bad.shape[0] != lanes else bad
 
 
+# exp2 (ex2.approx.ftz.f32): the GPU's result is a function of x's integer part and of its
+# fraction truncated to 23 bits, with a negative x taken as the one's complement of |x|
+# (fraction F = 2^23-1-trunc(frac|x| * 2^23), integer part -floor|x|-1). 2^(F/2^23) itself is
+# approximated by the hardware's interpolator (not a single rounding of any polynomial);
+# RN(2^((F + 0.35)/2^23)) is the closest simple rule found (86% bit-identical, within 1 ulp).
+_EXP2_BIAS = 0.35
+
+
+def _exp2_sm90_py(x, out, tab):
+    """tab: int8[2^23] measured offsets of G(F) from the formula, in units of 2^-23, or empty."""
+    for i in numba.prange(x.size):                    # branch-free: vectorises
+        v = np.float64(x[i])
+        v = 0.0 if abs(v) < 1.1754943508222875e-38 else v          # ftz input (NaN kept)
+        vc = min(max(v, -130.0), 130.0)
+        va = abs(vc)
+        m = np.floor(va)
+        rt = np.floor((va - m) * 8388608.0)
+        neg = vc < 0.0
+        f = 8388607.0 - rt if neg else rt
+        n = -m - 1.0 if neg else m
+        g = np.float64(np.float32(2.0 ** ((f + _EXP2_BIAS) * (1.0 / 8388608.0))))
+        g = 2.0 if f == 8388607.0 else g     # measured: negative integers give exact powers of 2
+        if tab.size:
+            g += np.float64(tab[min(np.int64(f), 8388607)]) * 2.0 ** -23
+        ni = np.int64(n)
+        r = g * _bits_f64((1023 + ni) << 52)
+        r = r if r >= 1.1754943508222875e-38 else 0.0                # ftz result
+        r = np.inf if v >= 128.0 else r
+        out[i] = np.float32(r if v == v else v)
+
+
+_exp2_sm90 = _dual(_exp2_sm90_py, error_model="numpy")
+
+
+def _div_sm90_py(x, y, out, tab):
+    """q = RN(x * R(y)), R(y) = the reciprocal of y's significand (from `tab`: int8[2^23]
+    offsets from RN(1/1.M) in units of 2^-24, or RN(1/y) when empty), scaled by y's
+    exponent; subnormal inputs and results flushed to zero."""
+    tiny = 1.1754943508222875e-38
+    for i in numba.prange(x.size):
+        a = np.float64(x[i])
+        b = np.float64(y[i])
+        a = 0.0 * a if abs(a) < tiny else a                        # ftz (NaN kept)
+        b = 0.0 * b if abs(b) < tiny else b
+        r = np.float64(np.float32(1.0 / b))
+        if tab.size and b == b and b != 0.0 and abs(b) != np.inf:
+            bits = _f64_bits(b)
+            mant = bits & 0xFFFFFFFFFFFFF
+            e = ((bits >> 52) & 0x7FF) - 1023
+            y1 = _bits_f64((np.int64(1023) << 52) | mant)
+            r1 = np.float64(np.float32(1.0 / y1)) + np.float64(tab[mant >> 29]) * 2.0 ** -24
+            r = r1 * _bits_f64((1023 - e) << 52)
+            r = -r if b < 0.0 else r
+        q = np.float64(np.float32(a * r))
+        out[i] = np.float32(0.0 * q if abs(q) < tiny else q)
+
+
+_div_sm90 = _dual(_div_sm90_py, error_model="numpy")
+_NO_TABLE = np.zeros(0, np.int8)
+MUFU_TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sm90_mufu.npz")
+
+
+def load_mufu_tables(path=MUFU_TABLES):
+    """The measured MUFU.EX2 / MUFU.RCP tables (ci/numerics_tables.py writes them on a GPU),
+    or empty arrays when there are none yet."""
+    if path and os.path.exists(path):
+        with np.load(path) as f:
+            return (np.ascontiguousarray(f["exp2_off"], np.int8),
+                    np.ascontiguousarray(f["rcp_off"], np.int8))
+    return _NO_TABLE, _NO_TABLE
+
+
 # row sums: a [.., 128] fp32 row is 32 chunks of 4 neighbours (one per lane of a warp);
 # each chunk adds (x0+x1)+(x2+x3), then the chunks meet in a halving (shuffle) tree.
 _SUM_CHUNK = 4
@@ -504,17 +613,45 @@ class Sm90(Sm90v0):
     * float32 sums along one axis of power-of-two length: chunks of 4 neighbours
       ((x0+x1)+(x2+x3)), then a halving tree across chunks. 100% on the probe rows of 128.
     * fp32 -> fp16/bf16: RNE (100% on the probe).
-    * exp2 (ex2.approx.ftz) and approximate division: still v0's formulas (declared
-      approximate; see the document for the measured error distributions).
+    * exp2 with flush_to_zero (ex2.approx.ftz.f32): declared approximate. The input rule
+      (23-bit fraction, one's complement for x < 0) is measured; the hardware's 2^f
+      interpolator is approximated by RN(2^((F+0.35)/2^23)): 86% bit-identical, <= 1 ulp.
+    * approximate division: x * RN(1/y), v0's formula (declared approximate, 87.7%, <= 2
+      ulp); the GPU's reciprocal is a faithful (< 1 ulp) function of y's 23-bit mantissa.
+    * With sim/data/sm90_mufu.npz present (ci/numerics_tables.py records it on a GPU: all
+      2^23 fractions of MUFU.EX2 and mantissas of MUFU.RCP), exp2 and division read the
+      measured values instead of the two formulas.
     * fp16-accumulator mma, tf32/fp64 mma, multi-axis and non-fp32 sums: v0's formulas."""
 
     name = "sm_90"
+
+    def __init__(self, threads: int | None = None, tables=MUFU_TABLES):
+        super().__init__(threads)
+        self.exp2_table, self.rcp_table = load_mufu_tables(tables)
 
     def mma(self, a, b, acc, acc_dtype, y_share=None):
         in_dt = _mma_input_dtype(b)
         if acc_dtype == ct.float32 and in_dt is not None and a.ndim == 3 and b.ndim == 3:
             return hopper_mma_f32(a, b, acc, in_dt)
         return super().mma(a, b, acc, acc_dtype, y_share=y_share)
+
+    def exp2(self, x, dtype, flush_to_zero):
+        if dtype == ct.float32 and flush_to_zero:
+            x = np.ascontiguousarray(x, np.float32)
+            out = np.empty_like(x)
+            if x.size:
+                _exp2_sm90(x.reshape(-1), out.reshape(-1), self.exp2_table)
+            return out
+        return super().exp2(x, dtype, flush_to_zero)
+
+    def truediv(self, x, y, dtype, rounding_mode, flush_to_zero):
+        if rounding_mode is ct.RoundingMode.APPROX and dtype == ct.float32 and flush_to_zero:
+            x, y = np.broadcast_arrays(np.asarray(x, np.float32), np.asarray(y, np.float32))
+            out = np.empty(x.shape, np.float32)
+            if out.size:
+                _div_sm90(_flat(x), _flat(y), out.reshape(-1), self.rcp_table)
+            return out
+        return super().truediv(x, y, dtype, rounding_mode, flush_to_zero)
 
     def sum(self, x, axis, dtype):
         axes = (axis,) if np.isscalar(axis) else tuple(axis)

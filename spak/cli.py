@@ -31,7 +31,7 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES", "parse_tiles", "shape_arg"
 
 #: Modules holding a `register(subparsers)`; "spak.cli" registers `sim`, "spak.gpurun" `run`.
 COMMAND_MODULES: list[str] = ["spak.cli", "spak.gpurun", "spak.plan_runner", "spak.compile_cmd",
-                               "spak.sweep", "spak.store", "spak.report"]
+                               "spak.sweep", "spak.store", "spak.report", "spak.calibrate"]
 
 KERNELS = ("fused", "naive")
 

@@ -131,7 +131,7 @@ def test_bf16_conversion_is_round_to_nearest_even():
 def test_reductions():
     x = randn(16, 16)
     s, m = np.zeros(16, np.float32), np.zeros((1, 16), np.float32)
-    sim.launch(K.reductions, (1,), (x, s, m, 16))
+    sim.launch(K.reductions, (1,), (x, s, m, 16), model="sm_90-v0")   # v0: one rounding
     np.testing.assert_array_equal(s, x.astype(np.float64).sum(1).astype(np.float32))
     np.testing.assert_array_equal(m, x.max(0, keepdims=True))
 
@@ -146,7 +146,7 @@ def test_mma_is_exact_products_with_one_rounding(dtype):
         A, B = a.astype(np.float16), b.astype(np.float16)
         a64, b64 = A.astype(np.float64), B.astype(np.float64)
     c = np.zeros((32, 16), np.float32)
-    sim.launch(K.mma_kernel, (1,), (A, B, c, 32, 16, 64))
+    sim.launch(K.mma_kernel, (1,), (A, B, c, 32, 16, 64), model="sm_90-v0")  # v0's declared mma
     np.testing.assert_array_equal(c, (a64 @ b64).astype(np.float32))
 
 
