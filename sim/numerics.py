@@ -426,7 +426,7 @@ def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
                 e = E[j]
                 s = _bits_f64(np.int64(1023 + 25 - e) << 52) if e > _NOEXP // 2 else 1.0
                 sc[j] = s
-                acc[j] = np.int64(cur[j] * s)
+                acc[j] = np.trunc(cur[j] * s)
             k = k0
             while k + 8 <= k1:
                 a0 = a[i, k]
@@ -439,18 +439,21 @@ def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
                 a7 = a[i, k + 7]
                 for j in range(N):
                     s = sc[j]
-                    acc[j] += (((np.int64(a0 * bf[k, j] * s) + np.int64(a1 * bf[k + 1, j] * s))
-                                + (np.int64(a2 * bf[k + 2, j] * s) + np.int64(a3 * bf[k + 3, j] * s)))
-                               + ((np.int64(a4 * bf[k + 4, j] * s) + np.int64(a5 * bf[k + 5, j] * s))
-                                  + (np.int64(a6 * bf[k + 6, j] * s) + np.int64(a7 * bf[k + 7, j] * s))))
+                    # the truncated terms are integers below 2^28 and at most 17 of them are
+                    # summed: float64 holds every partial sum exactly, and unlike int64
+                    # conversions trunc() vectorises
+                    acc[j] += (((np.trunc(a0 * bf[k, j] * s) + np.trunc(a1 * bf[k + 1, j] * s))
+                                + (np.trunc(a2 * bf[k + 2, j] * s) + np.trunc(a3 * bf[k + 3, j] * s)))
+                               + ((np.trunc(a4 * bf[k + 4, j] * s) + np.trunc(a5 * bf[k + 5, j] * s))
+                                  + (np.trunc(a6 * bf[k + 6, j] * s) + np.trunc(a7 * bf[k + 7, j] * s))))
                 k += 8
             while k < k1:
                 av = a[i, k]
                 for j in range(N):
-                    acc[j] += np.int64(av * bf[k, j] * sc[j])
+                    acc[j] += np.trunc(av * bf[k, j] * sc[j])
                 k += 1
             for j in range(N):
-                cur[j] = _rz_f32(np.float64(acc[j]) / sc[j])
+                cur[j] = _rz_f32(acc[j] / sc[j])
         for j in range(N):
             out[i, j] = np.float32(cur[j])
 
@@ -462,7 +465,7 @@ def _hopper_one(a, b, c, out, t, emin, kstep, slow):
     _hopper_lane(a[min(t, a.shape[0] - 1)], b[min(t, b.shape[0] - 1)],
                  c[min(t, c.shape[0] - 1)], out[t], emin, kstep, slow[t],
                  np.empty((K, N)), np.empty((K, N), np.int32), np.empty(N),
-                 np.empty(N, np.int64), np.empty(N, np.int32), np.empty(N))
+                 np.empty(N), np.empty(N, np.int32), np.empty(N))
 
 
 def _hopper_mma_py(a, b, c, out, emin, kstep, slow):
