@@ -532,9 +532,12 @@ def _exp2_sm90_py(x, out, tab):
         f = 8388607.0 - rt if neg else rt
         n = -m - 1.0 if neg else m
         g = np.float64(np.float32(2.0 ** ((f + _EXP2_BIAS) * (1.0 / 8388608.0))))
-        g = 2.0 if f == 8388607.0 else g     # measured: negative integers give exact powers of 2
         if tab.size:
-            g += np.float64(tab[min(np.int64(f), 8388607)]) * 2.0 ** -23
+            # clamp the index: f is NaN for a NaN input (handled below), and numba does
+            # not bounds-check
+            fi = np.int64(f) if f == f else 0
+            g += np.float64(tab[min(max(fi, 0), 8388607)]) * 2.0 ** -23
+        g = 2.0 if f == 8388607.0 else g     # measured: negative integers give exact powers of 2
         ni = np.int64(n)
         r = g * _bits_f64((1023 + ni) << 52)
         r = r if r >= 1.1754943508222875e-38 else 0.0                # ftz result

@@ -139,6 +139,20 @@ def test_exp2_and_div_stay_within_their_measured_error():
     assert np.abs(bits(q).astype(np.int64) - bits(DATA["div__div_q"])).max() <= 2
 
 
+def test_with_the_recorded_h200_tables_exp2_and_div_match_the_probes():
+    """sim/data/sm90_mufu.npz (recorded on an H200, 2026-11-22, ci/numerics_tables.py):
+    exp2 and division become bit-exact on the probe fixtures (and on the full 262144-input
+    probes: `spak calibrate --check --data`, 100.0000% each)."""
+    from sim.numerics import MUFU_TABLES
+    import os
+    assert os.path.exists(MUFU_TABLES)
+    m = get_model("sm_90")
+    q = m.truediv(DATA["div__div_x"], DATA["div__div_y"], ct.float32, ct.RoundingMode.APPROX, True)
+    np.testing.assert_array_equal(bits(q), bits(DATA["div__div_q"]))
+    r = m.exp2(DATA["exp2__x"], ct.float32, True)
+    np.testing.assert_array_equal(bits(r), bits(DATA["exp2__y"]))
+
+
 def test_mufu_tables_are_indexed_by_the_measured_rules(tmp_path):
     """ci/numerics_tables.py's tables (offsets from the formulas) plug into the model:
     exp2 reads entry F for x >= 0 and entry 2^23-1-F for x < 0; division reads y's mantissa."""
