@@ -1,4 +1,5 @@
-"""Strict JSON for result files: one place for how SPAK turns a result row into JSON.
+"""Result files: how SPAK turns a result row into strict JSON, and how it names the file
+a row came from.
 
 Non-finite floats become null (NaN/Inf counts are reported in their own fields), numpy and
 torch scalars become python numbers, paths become strings, dict keys become strings.
@@ -6,7 +7,17 @@ torch scalars become python numbers, paths become strings, dict keys become stri
 from __future__ import annotations
 
 import math
-from pathlib import PurePath
+from pathlib import Path, PurePath
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repo_path(path) -> str:
+    """`path` relative to the repository when inside it (as recorded in reports), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def jsonable(x):

@@ -521,21 +521,31 @@ class PlanRunner:
                               "file": str(jsonl)})
         return rows, rc
 
+    def _gpu_module_available(self, module, what, step, arch) -> bool:
+        """False (with "not available" placeholders) when another issue's module is absent."""
+        ok, why = _importable(module)
+        if not ok:
+            self.log(f"  {what}: not available ({why})")
+            self._gpu_placeholders(step, NOT_AVAILABLE, why, [arch])
+        return ok
+
+    @staticmethod
+    def _gpu_cases(step) -> tuple[list, str]:
+        """The step's GPU shapes and its --dtype argument (fp16, bf16 or all)."""
+        shapes = list(step.gpu.get("shapes") or step.shapes)
+        dtypes = list(step.gpu.get("dtypes") or step.dtypes)
+        return shapes, "all" if len(set(dtypes)) > 1 else dtypes[0]
+
     def gpu_kernel(self, step, arch):
         if self.recorded is not None:
             rows = [r for r in self.recorded if str(r.get("schema", "")).startswith("spak.run")]
             self.judge_gpu_rows(step, arch, rows, source="recorded " + ", ".join(
                 Path(f).name for f in self.recorded_files))
             return
-        ok, why = _importable("spak.gpurun")
-        if not ok:
-            self.log(f"  GPU loop: not available ({why})")
-            self._gpu_placeholders(step, NOT_AVAILABLE, why, [arch])
+        if not self._gpu_module_available("spak.gpurun", "GPU loop", step, arch):
             return
         g = step.gpu
-        shapes = list(g.get("shapes") or step.shapes)
-        dtypes = list(g.get("dtypes") or step.dtypes)
-        dtype = "all" if len(set(dtypes)) > 1 else dtypes[0]
+        shapes, dtype = self._gpu_cases(step)
         tiles = (["--tiles", f"{step.tiles['TILE_M']}x{step.tiles['TILE_N']}"]
                  if step.tiles else [])
         rows, rc = self._spak_cli(
@@ -656,15 +666,10 @@ class PlanRunner:
                 self._gpu_placeholders(step, NOT_RUN, "no spak sweep rows among the recorded "
                                        "results", [arch])
             return
-        ok, why = _importable("spak.sweep")
-        if not ok:
-            self.log(f"  GPU sweep: not available ({why})")
-            self._gpu_placeholders(step, NOT_AVAILABLE, why, [arch])
+        if not self._gpu_module_available("spak.sweep", "GPU sweep", step, arch):
             return
         g = step.gpu
-        shapes = list(g.get("shapes") or step.shapes)
-        dtypes = list(g.get("dtypes") or step.dtypes)
-        dtype = "all" if len(set(dtypes)) > 1 else dtypes[0]
+        shapes, dtype = self._gpu_cases(step)
         rows, rc = self._spak_cli(
             ["sweep", "--kernel", step.kernel, "--shapes", *shapes, "--dtype", dtype,
              "--causal", g.get("causal", step.causal), "--plan", str(self.plan.path or "")],

@@ -41,6 +41,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
+from spak.jsonl import repo_path
+
 __all__ = ["load_rows", "sections", "markdown", "plot_providers", "plot_heatmaps",
            "leaderboard_candidates", "load_leaderboard", "update_leaderboard",
            "check_regressions", "register", "cmd_report", "main", "PROVIDERS"]
@@ -95,14 +97,6 @@ def _norm(r: dict, source: str) -> Optional[dict]:
     return row
 
 
-def _rel(path) -> str:
-    p = Path(path).resolve()
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
-
 def load_rows(paths: Iterable) -> list[dict]:
     """Result rows of every file, normalised; later duplicates replace earlier ones."""
     from spak.sweep import read_results, row_problem
@@ -114,7 +108,7 @@ def load_rows(paths: Iterable) -> list[dict]:
             if bad:
                 print(f"warning: {p}: skipping malformed row {n} ({bad})", file=sys.stderr)
                 continue
-            row = _norm(r, _rel(p))
+            row = _norm(r, repo_path(p))
             if row is None:
                 continue
             key = (row.get("gpu"), row.get("kernel") if str(row["provider"]).startswith("spak-")
@@ -618,7 +612,7 @@ def cmd_report(args) -> int:
                                    f"TILE_M x TILE_N (best over hints and knobs)")
                 if hp is not None:
                     plots[("heatmap", gpu, kernel, dtype, d, causal)] = hp.name
-    md = markdown(rows, sources=[_rel(f) for f in args.results], plots=plots,
+    md = markdown(rows, sources=[repo_path(f) for f in args.results], plots=plots,
                   leaderboard=lb if (lb["entries"] or args.update_leaderboard) else None)
     (out_dir / "report.md").write_text(md + "\n")
     print(f"spak report: {out_dir / 'report.md'}" + (f" and {len(plots)} PNG(s)" if plots

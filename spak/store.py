@@ -34,18 +34,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from spak import tuned
+from spak.jsonl import repo_path
 
 __all__ = ["choose", "update_store", "format_store", "register", "cmd_store"]
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rel(path) -> str:
-    p = Path(path).resolve()
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 def _geomean(xs) -> float:
@@ -145,7 +136,7 @@ def update_store(results: Iterable, path=None, *, tiles_only: bool = False,
     rows = []
     for f in results:
         for r in read_results(f):
-            r["_source"] = _rel(f)
+            r["_source"] = repo_path(f)
             rows.append(r)
     entries = choose(rows, tiles_only=tiles_only, gpu=gpu, kernel=kernel)
     store = tuned.load_store(path) if Path(tuned.store_path(path)).exists() else \
