@@ -17,6 +17,9 @@ class GroupContext:
     block_ids: np.ndarray            # (L, 3) int64: the blocks running as lanes
     kernel_files: frozenset          # source files whose frames count as "the kernel"
     pending_stores: list = field(default_factory=list)
+    # multiply sites (kernel file:line) whose product has several uses: never fused
+    # (filled by the launcher on ContractionConflict, shared by the launch's groups)
+    unfused_sites: set = field(default_factory=set)
     loads: int = 0
     stores: int = 0
 

@@ -23,3 +23,15 @@ class Divergence(Exception):
         super().__init__(what)
         self.values = values
         self.what = what
+
+
+class ContractionConflict(Exception):
+    """A float32 product the simulator fused into an add (one use so far) was used again.
+
+    The compiler contracts only single-use products, so the launcher re-runs the lane group
+    with the multiply at `site` (kernel file:line) kept unfused.
+    """
+
+    def __init__(self, site):
+        super().__init__(site)
+        self.site = site

@@ -12,6 +12,7 @@ import cuda.tile as ct
 
 from . import memory, ops
 from .errors import SimNotSupported
+from .tile import counted
 
 # names that are data (dtypes, enums, annotations, classes) and pass through unchanged
 _PASS_THROUGH = {
@@ -21,6 +22,8 @@ _PASS_THROUGH = {
 }
 
 _FROM_MEMORY = {"load": memory.load, "store": memory.store}
+# every op the kernel can call counts its tile arguments' uses (sim.tile.note_use): the
+# numeric model fuses a multiply into an add only when the product has that one use
 
 
 def _unsupported(name):
@@ -40,9 +43,9 @@ def build() -> types.ModuleType:
                 or isinstance(val, types.ModuleType):
             setattr(mod, name, val)
         elif name in _FROM_MEMORY:
-            setattr(mod, name, _FROM_MEMORY[name])
+            setattr(mod, name, counted(_FROM_MEMORY[name]))
         elif hasattr(ops, name) and callable(getattr(ops, name)):
-            setattr(mod, name, getattr(ops, name))
+            setattr(mod, name, counted(getattr(ops, name)))
         elif callable(val):
             setattr(mod, name, _unsupported(name))
         else:

@@ -18,7 +18,7 @@ import cuda.tile as ct
 
 from . import memory
 from .context import GroupContext, set_current
-from .errors import Divergence, SimulationError
+from .errors import ContractionConflict, Divergence, SimulationError
 from .fake_ct import FAKE_CT, REAL_TO_FAKE
 from .memory import SimArray
 from .numerics import get_model
@@ -183,12 +183,20 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
     findings: list[str] = []
     groups = splits = loads = stores = 0
     frozen = frozenset(files)
+    unfused: set = set()
     while queue:
         blocks = queue.pop()
-        ctx = GroupContext(model=mdl, grid=grid, block_ids=blocks, kernel_files=frozen)
+        ctx = GroupContext(model=mdl, grid=grid, block_ids=blocks, kernel_files=frozen,
+                           unfused_sites=unfused)
         set_current(ctx)
         try:
             run(*bound)
+        except ContractionConflict as c:
+            # a product fused as single-use turned out to have more uses: run the group
+            # again without fusing that multiply (its pending stores are dropped with ctx)
+            unfused.add(c.site)
+            queue.append(blocks)
+            continue
         except Divergence as d:
             splits += 1
             vals = np.broadcast_to(np.asarray(d.values), (len(blocks),) + np.shape(d.values)[1:])

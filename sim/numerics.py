@@ -36,6 +36,10 @@ import cuda.tile as ct
 
 from . import dtypes
 
+#: sim.tile.Tile.layout of values held in tensor-core accumulator fragments (an mma result
+#: or elementwise work on one); a model may reduce those in a different order.
+MMA_LAYOUT = "mma"
+
 _CACHE = os.environ.get("SPAK_NUMBA_CACHE", "1") != "0"
 
 
@@ -153,6 +157,9 @@ class NumericModel:
 
     name = "ieee"
     description = "IEEE round-to-nearest-even everywhere; float64 accumulation."
+    #: contract a float32 multiply feeding an add/sub into one fused multiply-add, as the
+    #: GPU compiler does (sim.tile.binary). Off: every op rounds on its own.
+    contract_fma = False
 
     def __init__(self, threads: int | None = None):
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
@@ -262,7 +269,9 @@ class NumericModel:
         return r
 
     # -- reductions --------------------------------------------------------------------
-    def sum(self, x: np.ndarray, axis, dtype) -> np.ndarray:
+    def sum(self, x: np.ndarray, axis, dtype, layout=None) -> np.ndarray:
+        """Sum along `axis` (lane axis included in the numbering). layout: the tile's
+        sim.tile layout, for models whose order depends on where the values live."""
         if dtypes.is_float(dtype):
             return self.round_to(np.sum(x, axis=axis, dtype=np.float64), dtype)
         return np.sum(x, axis=axis, dtype=dtypes.storage(dtype))
@@ -620,6 +629,24 @@ def tree_sum_f32(x: np.ndarray, axis: int) -> np.ndarray:
     return x[..., 0]
 
 
+def fragment_row_sum_f32(x: np.ndarray) -> np.ndarray:
+    """float32 sum of each row of an mma accumulator tile, in the order the sm_90 compiler
+    emits (read from the fused kernel's SASS, docs/numerics-sm90.md).
+
+    In the accumulator fragment, lane t (0..3) of a quad holds columns 8k + 2t and
+    8k + 2t + 1 of a row, k = 0..N/8-1. Each lane runs two sequential chains from +0 (even
+    and odd columns, k ascending) and adds them; the quad then meets by butterfly shuffles,
+    xor 2 first, then xor 1: ((T0 + T2) + (T1 + T3))."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1] // 8
+    frag = x.reshape(x.shape[:-1] + (k, 4, 2))           # [.., k, lane t, even/odd]
+    chains = np.zeros(x.shape[:-1] + (4, 2), np.float32)
+    for i in range(k):
+        chains += frag[..., i, :, :]
+    t = chains[..., 1] + chains[..., 0]
+    return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
 
@@ -641,9 +668,13 @@ class Sm90(Sm90v0):
     * With sim/data/sm90_mufu.npz present (ci/numerics_tables.py records it on a GPU: all
       2^23 fractions of MUFU.EX2 and mantissas of MUFU.RCP), exp2 and division read the
       measured values instead of the two formulas.
-    * fp16-accumulator mma, tf32/fp64 mma, multi-axis and non-fp32 sums: v0's formulas."""
+    * fp16-accumulator mma, tf32/fp64 mma, multi-axis and non-fp32 sums: v0's formulas.
+    * What the compiler does to the arithmetic (read from the fused kernel's SASS): a
+      float32 multiply feeding an add/sub is one FFMA (contract_fma), and a row sum of an
+      mma accumulator tile runs in the fragment order (fragment_row_sum_f32)."""
 
     name = "sm_90"
+    contract_fma = True
 
     def __init__(self, threads: int | None = None, tables=MUFU_TABLES):
         super().__init__(threads)
@@ -674,10 +705,14 @@ class Sm90(Sm90v0):
             return out
         return super().truediv(x, y, dtype, rounding_mode, flush_to_zero)
 
-    def sum(self, x, axis, dtype):
+    def sum(self, x, axis, dtype, layout=None):
         axes = (axis,) if np.isscalar(axis) else tuple(axis)
-        if dtype == ct.float32 and len(axes) == 1 and _pow2(x.shape[axes[0]]):
-            return tree_sum_f32(x, axes[0])
+        if dtype == ct.float32 and len(axes) == 1:
+            n, last = x.shape[axes[0]], axes[0] % x.ndim == x.ndim - 1
+            if layout == MMA_LAYOUT and last and n % 8 == 0:
+                return fragment_row_sum_f32(x)
+            if _pow2(n):
+                return tree_sum_f32(x, axes[0])
         return super().sum(x, axis, dtype)
 
 

@@ -14,7 +14,8 @@ import cuda.tile as ct
 from . import dtypes
 from .context import current
 from .errors import SimNotSupported, SimTypeError
-from .tile import Tile, as_tile, binary, lane_array, operand_dtype, result_dtype
+from .tile import (MMA_LAYOUT, Tile, as_tile, binary, derived_layout, lane_array, operand_dtype,
+                   result_dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def astype(x, dtype, /, *, rounding_mode=None):
         return x
     model = current().model
     if dtypes.is_float(dtype):
-        return Tile(model.round_to(x.v, dtype), dtype, x.share)
+        return Tile(model.round_to(x.v, dtype), dtype, x.share, layout=x.layout)
     if dtype == ct.bool_:
         return Tile(x.v != 0, dtype)
     return Tile(model.round_to(x.v, dtype), dtype)
@@ -200,11 +201,11 @@ def truediv(x, y, /, *, rounding_mode=None, flush_to_zero=False):
     if dt == ct.float32 and rounding_mode in (None, ct.RoundingMode.RN) and not flush_to_zero:
         with np.errstate(all="ignore"):
             r = np.divide(xv, yv)                 # IEEE float32 division, correctly rounded
-        return Tile(r, dt)
+        return Tile(r, dt, layout=derived_layout(r.shape[1:], x, y))
     r = model.truediv(xv, yv, dt, rounding_mode, flush_to_zero)
     if not isinstance(x, Tile) and not isinstance(y, Tile):
         return r.reshape(()).item()
-    return Tile(r, dt)
+    return Tile(r, dt, layout=derived_layout(r.shape[1:], x, y))
 
 
 def floordiv(x, y, /):
@@ -257,7 +258,8 @@ def _minmax(x, y, is_max, flush_to_zero, propagate_nan):
         fn = np.maximum if is_max else np.minimum
     else:
         fn = np.fmax if is_max else np.fmin       # NaN operands are ignored (cuTile default)
-    return Tile(fn(xv, yv), dt)
+    r = fn(xv, yv)
+    return Tile(r, dt, layout=derived_layout(r.shape[1:], x, y))
 
 
 def maximum(x, y, /, *, flush_to_zero=False, propagate_nan=False):
@@ -275,7 +277,8 @@ def where(cond, x, y, /):
     dt = result_dtype(x, y)
     nd = builtins.max([t.ndim for t in (cond_t, x, y) if isinstance(t, Tile)])
     c = lane_array(cond_t, ct.bool_, nd)
-    return Tile(np.where(c, lane_array(x, dt, nd), lane_array(y, dt, nd)), dt)
+    r = np.where(c, lane_array(x, dt, nd), lane_array(y, dt, nd))
+    return Tile(r, dt, layout=derived_layout(r.shape[1:], x, y))
 
 
 def isnan(x, /):
@@ -292,7 +295,7 @@ def _float_in(x):
 
 def exp2(x, /, *, flush_to_zero=False):
     x = _float_in(x)
-    return Tile(current().model.exp2(x.v, x.dtype, flush_to_zero), x.dtype)
+    return Tile(current().model.exp2(x.v, x.dtype, flush_to_zero), x.dtype, layout=x.layout)
 
 
 def _unary(fn):
@@ -300,7 +303,7 @@ def _unary(fn):
         if rounding_mode not in (None, ct.RoundingMode.RN, ct.RoundingMode.FULL) or flush_to_zero:
             raise SimNotSupported(f"ct.{fn}: rounding_mode/flush_to_zero options are not modelled")
         x = _float_in(x)
-        return Tile(current().model.unary(fn, x.v, x.dtype), x.dtype)
+        return Tile(current().model.unary(fn, x.v, x.dtype), x.dtype, layout=x.layout)
     f.__name__ = fn
     return f
 
@@ -345,7 +348,7 @@ def sum(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=Fa
     x = as_tile(x)
     dt = ct.int32 if x.dtype == ct.bool_ else x.dtype
     model = current().model
-    return Tile(_reduce(x, axis, keepdims, lambda t, ax: model.sum(t.v, ax, dt)), dt)
+    return Tile(_reduce(x, axis, keepdims, lambda t, ax: model.sum(t.v, ax, dt, x.layout)), dt)
 
 
 def max(x, /, axis=None, *, keepdims=False, flush_to_zero=False, propagate_nan=False):
@@ -413,7 +416,8 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
     out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
     if acc.shape != out_shape:
         raise SimTypeError(f"ct.mma: accumulator shape {acc.shape} != result shape {out_shape}")
-    return Tile(current().model.mma(_f64(x), y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype)
+    return Tile(current().model.mma(_f64(x), y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype,
+                layout=MMA_LAYOUT)
 
 
 def _f64(t: Tile) -> np.ndarray:

@@ -15,15 +15,25 @@ import numpy as np
 import cuda.tile as ct
 
 from . import dtypes
-from .errors import Divergence, SimNotSupported, SimTypeError
+from .errors import ContractionConflict, Divergence, SimNotSupported, SimTypeError
 from .context import current
+from .numerics import MMA_LAYOUT
+
+
+def derived_layout(shape, *operands):
+    """MMA_LAYOUT when an elementwise result of `shape` comes from a same-shaped operand
+    in the fragment layout (the compiler keeps elementwise work in the layout it finds)."""
+    for x in operands:
+        if isinstance(x, Tile) and x.layout == MMA_LAYOUT and x.shape == tuple(shape):
+            return MMA_LAYOUT
+    return None
 
 
 class Tile:
-    __slots__ = ("v", "dtype", "share", "f64")
+    __slots__ = ("v", "dtype", "share", "f64", "layout", "product", "uses", "fused_at")
     __hash__ = None  # elementwise __eq__
 
-    def __init__(self, v: np.ndarray, dtype, share=None):
+    def __init__(self, v: np.ndarray, dtype, share=None, layout=None):
         self.v = v
         self.dtype = dtype
         # share: (lane -> unique id, representative lane per id) when lanes hold equal
@@ -31,6 +41,17 @@ class Tile:
         # hint for mma, kept by pure views (reshape/permute); any arithmetic drops it.
         self.share = share
         self.f64 = None     # cached float64 values (mma operands reused across a loop)
+        # layout: MMA_LAYOUT when the values sit in the tensor core's accumulator fragments
+        # (an mma result, or elementwise work on one): a row reduction then runs in the
+        # fragment order (NumericModel.sum). None: the blocked layout of a load.
+        self.layout = layout
+        # product: (x, y) lane arrays when this float32 tile is x*y and the model contracts
+        # a single-use product feeding an add/sub into one fused multiply-add (binary()).
+        # uses: kernel-level ops that read this tile so far (note_use); fused_at: the
+        # multiply's site once fused, so a later second use can undo the decision.
+        self.product = None
+        self.uses = 0
+        self.fused_at = None
 
     # -- shape ---------------------------------------------------------------------------
     @property
@@ -157,7 +178,7 @@ class Tile:
     def __neg__(self):
         if self.dtype == ct.bool_:
             raise SimTypeError("negation of a bool tile")
-        return Tile(np.negative(self.v), self.dtype)
+        return Tile(np.negative(self.v), self.dtype, layout=self.layout)
 
     def __invert__(self):
         if self.dtype == ct.bool_:
@@ -172,6 +193,36 @@ class Tile:
 
 # ---------------------------------------------------------------------------------------
 # operands and promotion
+
+def _count_method_uses():
+    """Tile's arithmetic and conversion methods are ops the kernel calls: count them."""
+    skip = {"__init__", "__repr__", "_uniform_scalar", "shape", "ndim"}
+    for name, fn in list(vars(Tile).items()):
+        if callable(fn) and name not in skip and not isinstance(fn, (staticmethod, classmethod)):
+            setattr(Tile, name, counted(fn))
+
+
+def note_use(*xs) -> None:
+    """Count one kernel-level use of each tile among xs (called once per op the kernel
+    calls, not by the simulator's internal helpers)."""
+    for x in xs:
+        if isinstance(x, Tile):
+            x.uses += 1
+            if x.fused_at is not None and x.uses > 1:
+                raise ContractionConflict(x.fused_at)
+        elif isinstance(x, (list, tuple)):
+            note_use(*x)
+
+
+def counted(fn):
+    """Wrap a kernel-facing op so each tile argument's use is counted (note_use)."""
+    def op(*args, **kwargs):
+        note_use(*args, *kwargs.values())
+        return fn(*args, **kwargs)
+    op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    op.__wrapped__ = fn
+    return op
+
 
 def is_scalar(x) -> bool:
     return isinstance(x, (bool, int, float, np.generic))
@@ -265,12 +316,51 @@ def binary(op: str, a, b, **kw):
             if dtypes.is_float(dt):
                 return Tile(model.round_to(np.power(av.astype(np.float64), bv), dt), dt)
             return Tile(np.power(av, bv), dt)
-    with np.errstate(all="ignore"):
-        r = _ARITH[op](av, bv)
+    model = current().model
+    fused = None
+    if dt == ct.float32 and model.contract_fma and op in ("add", "sub"):
+        fused = _contract(op, a, b, av, bv, ndim)
+    if fused is not None:
+        r = fused
+    else:
+        with np.errstate(all="ignore"):
+            r = _ARITH[op](av, bv)
     if dt == ct.bfloat16:
         # float32 arithmetic on bf16 values then one RNE rounding: exact for + - * (p >= 2q+2)
-        r = current().model.round_to(r, dt)
-    return Tile(r, dt)
+        r = model.round_to(r, dt)
+    out = Tile(r, dt, layout=derived_layout(r.shape[1:], a, b))
+    if op == "mul" and dt == ct.float32 and model.contract_fma:
+        site = current().kernel_line()
+        if site not in current().unfused_sites:
+            out.product = (av, bv, site)
+    return out
+
+
+def _lift(v: np.ndarray, ndim: int) -> np.ndarray:
+    """A lane array with fewer tile axes, broadcast-ready against `ndim` tile axes."""
+    if v.ndim - 1 < ndim:
+        v = v.reshape((v.shape[0],) + (1,) * (ndim - v.ndim + 1) + v.shape[1:])
+    return v
+
+
+def _contract(op, a, b, av, bv, ndim):
+    """a+b or a-b as one fused multiply-add when an operand is a pending float32 product,
+    as the compiler contracts it; None when neither is. With two products the left one is
+    fused (what LLVM's combiner picks when both have one use; seen in the masked kernel's
+    SASS: (s * c) + (mask * log2e) -> fma(s, c, mask * log2e))."""
+    from .fma import fma_f32
+    for t in (a, b):
+        # uses == 1: this add is the product's only use so far (a second one later raises
+        # ContractionConflict from note_use and the group re-runs without this fusion)
+        if isinstance(t, Tile) and t.product is not None and t.uses == 1:
+            x, y, site = t.product
+            x, y = _lift(x, ndim), _lift(y, ndim)
+            t.fused_at = site
+            with np.errstate(all="ignore"):
+                if t is a:
+                    return fma_f32(x, y, bv if op == "add" else -bv)
+                return fma_f32(x if op == "add" else -x, y, av)
+    return None
 
 
 def _check_broadcast(av, bv):
@@ -287,3 +377,6 @@ _SCALAR_OPS = {
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "eq": operator.eq, "ne": operator.ne,
 }
+
+
+_count_method_uses()

@@ -198,11 +198,11 @@ def test_value_head_dim_differs_from_query_head_dim(kernel):
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("scale", [1e-46, 1e-40, 1e-30, 0.0, -0.0, 1e30, -1e30])
 def test_tiny_and_huge_scales(kernel, scale):
-    """A positive scale that is 0 in float32 (1e-46) used to give the fused kernel all-zero
-    rows: gpu/plan.py took its RAW_MAX path (python's scale > 0), where the kernel's
-    float32 c = scale*log2(e) is 0 and -inf * 0 = NaN for the masked/padded keys. Now
-    RAW_MAX needs a normal float32 c (gpu.plan.raw_max_ok); |scale| > gpu.plan.MAX_SCALE
-    is a ValueError (tests/test_bad_inputs.py)."""
+    """Scales that are 0/subnormal in float32 (1e-46, 1e-40) once gave the fused kernel
+    all-zero rows (its raw-max fast path multiplied -inf by c == 0), and huge ones (1e30)
+    NaN rows under the sm_90 model (that path's fused x*c - m leaves the max score the
+    product's rounding error, 2^(~1e24) = inf). The fast path is gone; |scale| >
+    gpu.plan.MAX_SCALE is a ValueError (tests/test_bad_inputs.py)."""
     q, k, v = inputs(1, 2, 2, 20, 20, 16, seed=13)
     check(kernel, q, k, v, scale=scale)
     check(kernel, q, k, v, scale=scale, causal=True)

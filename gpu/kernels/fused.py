@@ -40,14 +40,12 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
                     TILE_N: ConstInt,        # keys per inner-loop step
                     CAUSAL: ConstBool,
                     HAS_MASK: ConstBool,
-                    RAW_MAX: ConstBool,      # scale > 0 and no mask: fast path (see below)
                     LAT_K: ConstInt = 0,     # DRAM latency hint for K loads, 1..10; 0: compiler
                     LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
     bid_m = ct.bid(0)
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
     _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V)
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V)
 
 
 def _head_coords(bid_bh, Q, K):
@@ -67,8 +65,7 @@ def _head_coords(bid_bh, Q, K):
 # One block: load Q once, stream K/V tiles, normalise, store.
 # --------------------------------------------------------------------------------------
 def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V):
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
@@ -76,10 +73,11 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
 
     # scale and log2(e) folded into one multiplier c: scores live in log2 units,
     # s = (Q K^T * scale + M) * log2(e), so exp2(s - max) is the softmax numerator.
-    # General path: scale the scores before the row max, so 0 and negative scales are
-    # right and the mask is scaled by log2(e) alone. RAW_MAX path (scale > 0, no mask,
-    # the common case): max(c * x) = c * max(x), so the row max is taken on the raw
-    # scores and `x * c - m` is one fused multiply-add per score (measured ~4% faster).
+    # The scores are scaled (and rounded) BEFORE the row max, so the max score gives
+    # exp2(s - m) = exp2(0) = 1 exactly. The tempting `x * c - m` on raw scores (max taken
+    # raw) is one FFMA, but the GPU fuses it: the max score then gives 2^(x*c - fl(x*c)),
+    # the product's rounding error, which overflows to inf (NaN rows) once |x*c| is past
+    # ~2^31 (tests/test_edge_cases.py, scale 1e30), and costed nothing measurable.
     qk_scale_log2 = scale * LOG2E
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
@@ -124,8 +122,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
                       latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
         qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
         qk = ct.mma(q, k_t, qk)
-        if not RAW_MAX:
-            qk = qk * qk_scale_log2                      # scores in log2 units
+        qk = qk * qk_scale_log2                          # scores in log2 units
 
         if HAS_MASK:
             m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
@@ -143,8 +140,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
             qk = ct.where(keep, qk, NEG_INF)
 
         m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
-                                             qk_scale_log2, TILE_N, HEAD_DIM_V, Q.dtype,
-                                             RAW_MAX, LAT_V)
+                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -158,24 +154,15 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
 
 
-def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, c,
-                         TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V):
-    """Fold one key tile of scores ``s`` [TM, TN] into (m_i, l_i, acc).
-
-    ``s`` is in log2 units, or raw (still to be multiplied by ``c`` > 0) when RAW_MAX.
-    """
-    if RAW_MAX:
-        m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True) * c)
-    else:
-        m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
+def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
+                         TILE_N, HEAD_DIM_V, in_dtype, LAT_V):
+    """Fold one key tile of scores ``s`` [TM, TN] (log2 units) into (m_i, l_i, acc)."""
+    m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
     # A row with every key masked so far has m_new == -inf; subtracting it would give
     # exp2(-inf - -inf) = NaN. Subtract 0 instead: its scores are -inf, so p == 0.
     m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
 
-    if RAW_MAX:
-        p = ct.exp2(s * c - m_safe, flush_to_zero=True)                 # one FMA per score
-    else:
-        p = ct.exp2(s - m_safe, flush_to_zero=True)                     # [TM, TN]
+    p = ct.exp2(s - m_safe, flush_to_zero=True)                         # [TM, TN]
     alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)                   # rescale old state
     l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
 
