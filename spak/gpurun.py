@@ -348,6 +348,7 @@ class _Env:
         self.arch = f"sm_{major}{minor}"
         props = torch.cuda.get_device_properties(0)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20))
+        self.dump: dict = {}            # --dump: disagreeing slices (_dump_slice)
         self.base = {
             "schema": "spak.run/1", "gpu": self.gpu, "arch": self.arch,
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -382,8 +383,15 @@ def _shared_alloc(like):
     return alloc
 
 
-def _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles, model, heads, work):
-    """Run the simulator on a slice; compare bit for bit with the GPU's output slice."""
+#: --dump: slices whose simulation differs from the GPU, for offline replay
+#: (ci/agree_replay.py). Capped so the file stays small enough to bring home.
+DUMP_MAX_BYTES = 15 * 2 ** 20
+
+
+def _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles, model, heads, work,
+              dump=None):
+    """Run the simulator on a slice; compare bit for bit with the GPU's output slice.
+    dump: a dict collecting (inputs, GPU output) of slices that are not bit-identical."""
     import numpy as np
     from spak.metrics import fraction_bit_identical, max_ulp
     from spak.simrun import simulate_fmha
@@ -402,9 +410,32 @@ def _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles, model, heads, wor
                                tiles=tiles, model=model, dtype=spec.dtype)
     secs = time.perf_counter() - t0
     gpu = cvt(out[0:1, :hq, r0:].contiguous())
-    return {"fraction_bit_identical": fraction_bit_identical(gpu, sim_out, spec.dtype),
+    frac = fraction_bit_identical(gpu, sim_out, spec.dtype)
+    if dump is not None and frac < 1.0:
+        _dump_slice(dump, f"{kernel}|{spec.case_id}", qs, ks, vs, ms, gpu, scale,
+                    spec.causal, spec.dtype, tiles)
+    return {"fraction_bit_identical": frac,
             "max_ulp": max_ulp(gpu, sim_out, spec.dtype), "elements": int(np.size(gpu)),
             "slice": sl["text"], "model": model, "seconds": secs}
+
+
+def _dump_slice(dump: dict, key, q, k, v, mask, gpu, scale, causal, dtype, tiles) -> None:
+    """Keep one disagreeing slice (all it takes to re-simulate it) while under the cap."""
+    import numpy as np
+    arrays = {"q": q, "k": k, "v": v, "gpu": gpu}
+    if mask is not None:
+        arrays["mask"] = mask
+    size = sum(a.nbytes for a in arrays.values())
+    if dump.get("_bytes", 0) + size > DUMP_MAX_BYTES:
+        dump["_skipped"] = dump.get("_skipped", 0) + 1
+        return
+    dump["_bytes"] = dump.get("_bytes", 0) + size
+    meta = {"case": key, "scale": scale, "causal": causal, "dtype": dtype,
+            "tiles": dict(tiles)}
+    n = sum(1 for x in dump if x.endswith("/meta"))
+    for name, arr in arrays.items():
+        dump[f"{n:03d}/{name}"] = arr
+    dump[f"{n:03d}/meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
 
 
 def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> list[dict]:
@@ -488,7 +519,8 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                 try:
                     row["sim"] = _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles,
                                            args.model or _sim_model(env.arch),
-                                           args.sim_heads, args.sim_work)
+                                           args.sim_heads, args.sim_work,
+                                           env.dump if args.dump else None)
                 except Exception as exc:  # noqa: BLE001 -- recorded, run goes on
                     row["sim"] = {"error": f"{type(exc).__name__}: {exc}"}
             if not args.no_time:
@@ -688,6 +720,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     line = summary(all_rows) + f"; {wall:.0f} s"
     print(line, file=log, flush=True)
+    if args.dump:
+        import numpy as np
+        kept = {k: v for k, v in env.dump.items() if not k.startswith("_")}
+        np.savez_compressed(args.dump, **kept)
+        print(f"dump: {len(kept) and sum(k.endswith('/meta') for k in kept)} disagreeing "
+              f"slice(s) -> {args.dump}" + (f" ({env.dump['_skipped']} over the size cap "
+                                             "left out)" if env.dump.get("_skipped") else ""),
+              file=log, flush=True)
     if args.json:
         print(json.dumps(_jsonable({"spak": __version__, "command": "run", "env": env.base,
                                     "ceiling_tflops": ceiling, "rows": all_rows,
@@ -737,6 +777,10 @@ def register(subparsers) -> None:
     p.add_argument("--sim-work", type=int, default=DEFAULT_SIM_WORK,
                    help="simulated rows*keys*D*heads budget per shape; fewer query rows "
                         "are simulated when a shape is bigger (default 2^29)")
+    p.add_argument("--dump", default=None, metavar="NPZ",
+                   help="write the slices the simulator does not reproduce bit for bit "
+                        "(inputs + GPU output, <= 15 MiB) to NPZ, for offline replay with "
+                        "ci/agree_replay.py")
     p.add_argument("--no-time", action="store_true", help="correctness only, no timing")
     p.add_argument("--no-sdpa", action="store_true", help="do not time SDPA's backends")
     p.add_argument("--max-sets", type=int, default=8,
