@@ -44,8 +44,9 @@ class _ArraySpec:
     """Shape-and-dtype stand-in for an array: all that plan_fmha and a signature need."""
     shape: tuple
     dtype: str            # dtype name; plan's _dtype_name reads str(dtype)
-    role: str = "head"    # "head": rows are head_dim long (q, k, v, out); "seq": rows
-    #                       are Sk long (mask, S, P), so their strides may be odd
+    role: str = "head"    # "head": rows are head_dim long (q, k, v, out) or whole tiles
+    #                       (naive's S, P); "seq": rows are Sk long (the mask), so their
+    #                       strides may be odd
 
 
 #: What the compiled signature assumes about the arrays (see _array_constraint).
@@ -60,8 +61,8 @@ def _array_constraint(spec: _ArraySpec, index_dtype, assume: str) -> ArrayConstr
     assume="launch": what ``ct.launch`` specialises to for contiguous, 16-byte-aligned
     tensors with ragged sequence lengths: last stride the constant 1, base address
     16-byte aligned; outer strides declared 16-byte divisible only for q/k/v/out (they
-    are multiples of the head dim), not for the mask, S and P (multiples of Sk, which
-    may be odd); only the head-dim extent declared divisible by 16. This is a variant the
+    are multiples of the head dim, and naive's S/P rows are whole tiles), not for the
+    mask (rows of Sk, which may be odd); only the last extent declared divisible by 16. This is a variant the
     GPU actually runs, and it compiles ~3x faster to a ~3x smaller cubin than "none".
     """
     dtype = _CT_DTYPES[spec.dtype]
@@ -120,7 +121,8 @@ def variant_launches(kernel_name: str, *, dtype: str, head_dim: int, causal: boo
     mask = _ArraySpec((1, 1, Sq, Sk), "float32", "seq") if has_mask else None
 
     def alloc(shape, kind):
-        return _ArraySpec(tuple(shape), "float32" if kind == "float32" else dtype, "seq")
+        # naive's S and P workspaces are padded to whole tiles: aligned like q/k/v rows
+        return _ArraySpec(tuple(shape), "float32" if kind == "float32" else dtype, "head")
 
     launches = plan_fmha(kernel_name, q, k, v, out, mask=mask, causal=causal, tiles=tiles,
                          alloc=alloc)

@@ -1,7 +1,7 @@
 """Naive FMHA forward (recipe step 2): three kernels through global memory.
 
-    S = Q K^T * scale + M      (float32 [B, Hq, Sq, Sk]; -inf where causal hides a key)
-    P = softmax_rows(S)        (input dtype [B, Hq, Sq, Sk]; all-masked rows -> 0)
+    S = Q K^T * scale + M      (float32; -inf where causal hides a key, or past Sk)
+    P = softmax_rows(S)        (input dtype; all-masked rows -> 0)
     O = P V                    (float32 accumulation, stored in the input dtype)
 
 The baseline the fused kernel is checked and timed against: every score makes a round
@@ -11,6 +11,8 @@ causal attention: hidden tiles are computed and written as -inf / 0.
 Layouts as in fused.py: Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv],
 Mask float32 [MB, MH, Sq, Sk] (MB in {1, B}, MH in {1, Hq}; a never-read dummy when
 HAS_MASK is False). Causal is bottom-right: query i sees key j iff j <= i + (Sk - Sq).
+
+S and P are [B, Hq, Sq', Sk'] with Sq', Sk' rounded up to whole tiles (gpu/plan.py).
 
 Grids: scores (cdiv(Sq, TILE_M), cdiv(Sk, TILE_N), B*Hq); softmax and P V
 (cdiv(Sq, TILE_M), B*Hq, 1).
@@ -47,7 +49,7 @@ def naive_scores_kernel(Q, K, Mask, S,
     bid_n = ct.bid(1)
     b, h, kv_h = _head_coords(ct.bid(2), Q, K)
 
-    # Partial tiles read as zeros: padded rows/cols of S are never stored anyway.
+    # Partial tiles read as zeros (rows past Sq give scores nobody reads).
     q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
     k_t = ct.load(K, index=(b, kv_h, 0, bid_n), shape=(1, 1, HEAD_DIM, TILE_N),
@@ -64,10 +66,13 @@ def naive_scores_kernel(Q, K, Mask, S,
                         shape=(1, 1, TILE_M, TILE_N),
                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_N))
 
+    # S is padded to whole tiles (gpu/plan.py): keys past Sk get -inf, probability 0.
+    key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]
+    if (bid_n + 1) * TILE_N > K.shape[2]:
+        s = ct.where(key_pos < K.shape[2], s, NEG_INF)
     if CAUSAL:
         diag = K.shape[2] - Q.shape[2]
         q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]
-        key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]
         s = ct.where(key_pos <= q_pos, s, NEG_INF)
 
     ct.store(S, index=(b, h, bid_m, bid_n), tile=s.reshape((1, 1, TILE_M, TILE_N)))
