@@ -43,6 +43,11 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
                     LAT_K: ConstInt = 0,     # DRAM latency hint for K loads, 1..10; 0: compiler
                     LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
     bid_m = ct.bid(0)
+    if CAUSAL:
+        # Longest first: with x the fastest block index, the GPU starts blocks in bid(0)
+        # order, and a causal block's work grows with its row index. Reversed, the long
+        # blocks start early and the short ones fill the last wave's gaps.
+        bid_m = ct.num_blocks(0) - 1 - bid_m
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
     _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V)
@@ -104,41 +109,32 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
         mask_from = seq_k // TILE_N
     num_tiles = ct.cdiv(kv_end, TILE_N)
 
-    if HAS_MASK:
-        # MB/MH are 1 (broadcast) or full: min() picks index 0 when broadcast.
-        mask_b = min(b, Mask.shape[0] - 1)
-        mask_h = min(h, Mask.shape[1] - 1)
+    # MB/MH are 1 (broadcast) or full: min() picks index 0 when broadcast.
+    mask_b = min(b, Mask.shape[0] - 1)
+    mask_h = min(h, Mask.shape[1] - 1)
 
     # ---- online softmax state (float32) -----------------------------------------------
     m_i = ct.full((TILE_M, 1), NEG_INF, dtype=ct.float32)   # running max, log2 units
     l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)       # running sum of exp2
     acc = ct.full((TILE_M, HEAD_DIM_V), 0.0, dtype=ct.float32)
 
-    for j in range(0, num_tiles):
-        # S = Q K^T for this key tile, float32 accumulation on the tensor cores.
-        k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
-                      order=(0, 1, 3, 2),            # K^T via the load's axis order
-                      padding_mode=ct.PaddingMode.ZERO,
-                      latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
-        qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
-        qk = ct.mma(q, k_t, qk)
-        qk = qk * qk_scale_log2                          # scores in log2 units
-
-        if HAS_MASK:
-            m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
-                             shape=(1, 1, TILE_M, TILE_N),
-                             padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_N))
-            qk = qk + m_tile * LOG2E
-
-        if j >= mask_from:
-            # Boundary tile only: keys past Sk (ragged end) and, if causal, keys right of
-            # the diagonal get -inf, i.e. probability exactly 0.
-            key_pos = j * TILE_N + key_offs                 # [1, TN]
-            keep = key_pos < seq_k
-            if CAUSAL:
-                keep = keep & (key_pos <= q_pos)            # [TM, TN]
-            qk = ct.where(keep, qk, NEG_INF)
-
+    # Two loops rather than one with a branch: interior tiles need no masking, and a loop
+    # body without control flow is what the compiler pipelines best.
+    for j in range(0, min(mask_from, num_tiles)):
+        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K)
+        m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
+                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
+    for j in range(mask_from, num_tiles):
+        # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
+        # the diagonal get -inf, i.e. probability exactly 0.
+        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K)
+        key_pos = j * TILE_N + key_offs                     # [1, TN]
+        keep = key_pos < seq_k
+        if CAUSAL:
+            keep = keep & (key_pos <= q_pos)                # [TM, TN]
+        qk = ct.where(keep, qk, NEG_INF)
         m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
                                              TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
 
@@ -152,6 +148,23 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     out = ct.where(has_keys, out, 0.0)
     out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
     ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
+
+
+def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
+            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K):
+    """Scores of key tile j in log2 units: (Q K^T * scale + M) * log2(e), float32 [TM, TN]."""
+    k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
+                  order=(0, 1, 3, 2),                # K^T via the load's axis order
+                  padding_mode=ct.PaddingMode.ZERO,
+                  latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
+    qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+    qk = ct.mma(q, k_t, qk) * c                      # tensor cores, float32 accumulation
+    if HAS_MASK:
+        m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
+                         shape=(1, 1, TILE_M, TILE_N),
+                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_N))
+        qk = qk + m_tile * LOG2E
+    return qk
 
 
 def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
