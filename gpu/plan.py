@@ -12,6 +12,7 @@ expanded to [MB, MH, Sq, Sk] with MB in {1, B} and MH in {1, Hq}.
 from __future__ import annotations
 
 import math
+import struct
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -119,7 +120,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     if kernel_name == "fused":
         return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
                         (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
-                         causal, has_mask, lat_k, lat_v),
+                         causal, has_mask, raw_max_ok(scale) and not has_mask, lat_k, lat_v),
                         "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory, padded to
@@ -277,8 +278,21 @@ def _check_int(name, value, lo, hi) -> int:
 
 #: The kernels take scale as a float32 and work with scale * log2(e) in float32.
 FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 LOG2E = 1.4426950408889634
 MAX_SCALE = FLOAT32_MAX / LOG2E / 2          # |scale| above this: scale*log2(e) ~ overflow
+
+
+def _float32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def raw_max_ok(scale: float) -> bool:
+    """Whether the fused kernel may take its RAW_MAX path (row max on the raw scores, one
+    FFMA per score with c = scale * log2(e)): c must be a positive NORMAL float32. A tiny
+    positive scale that is 0 or subnormal in float32 would give c == 0 on the GPU (flush
+    to zero) and -inf * 0 = NaN for masked keys. (Huge logits are caught in the kernel.)"""
+    return scale > 0 and _float32(scale) * LOG2E >= 2 * FLOAT32_MIN_NORMAL
 
 
 def _check_scale(scale, head_dim) -> float:
