@@ -6,10 +6,10 @@ The peer is a copy of gpu/kernels/fused.py from an earlier commit (`git show
 REV:gpu/kernels/fused.py`, its `from .common` import made absolute), kept out of the repo.
 For each standard shape (fp16) every provider runs the same tile config (the tuned store's
 entry for --store-gpu, else the default) on the same rotating inputs, alternating, twice;
-the best median counts. Also checks that ours and the peer agree bit for bit when the
-peer's arithmetic is the same (its RAW_MAX=False path), and prints ratios per shape plus
-geometric means. Peer kernel arguments: ours with RAW_MAX inserted after HAS_MASK (the
-signature before commit aafbfa8).
+the best median counts. The peer runs both of its paths (RAW_MAX True and False; its
+argument list is ours: e.g. `git show 3243cd4:gpu/kernels/fused.py`), and ours must equal
+its RAW_MAX=True output bit for bit (same arithmetic). Prints ratios per shape and
+geometric means.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def main(argv=None):
                                            scale=scale, tiles=tiles), hints)
                 if name != "new":
                     a = list(L[0].args)
-                    a.insert(12, name == "prev_raw")            # RAW_MAX
+                    a[12] = name == "prev_raw"                  # RAW_MAX
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
                                                                      **hints), args=tuple(a))]
                 ps.append(L)
@@ -97,7 +97,7 @@ def main(argv=None):
                 fns[name](0)
             torch.cuda.synchronize()
             same = bool(torch.equal(outs["new"][0].view(torch.int16),
-                                    outs["prev_general"][0].view(torch.int16)))
+                                    outs["prev_raw"][0].view(torch.int16)))
             res = {}
             for rep in range(2):
                 for name, fn in fns.items():
@@ -106,7 +106,7 @@ def main(argv=None):
         tf = {k: spec.flops / (v * 1e-3) / 1e12 for k, v in ms.items()}
         row = {"case": spec.case_id, "gpu": gpu, "date": time.strftime("%Y-%m-%d"),
                "config": {**tiles, **{k: v for k, v in hints.items() if v is not None}},
-               "new_equals_prev_general": same,
+               "new_equals_prev_raw": same,
                **{f"{k}_ms": v for k, v in ms.items()}, **{f"{k}_tflops": v for k, v in tf.items()}}
         out_f.write(json.dumps(row) + "\n")
         out_f.flush()
