@@ -1,15 +1,17 @@
 """A/B of the fused kernel against an earlier version of itself, cuDNN in the same run.
 
-    source .carry/setup.sh && python ci/ab_fused.py --peer .peer/fused_prev.py --out $OUT/ab.jsonl
+    source .carry/setup.sh && python ci/ab_fused.py --peer prev=.peer/prev.py \
+        --general prev --out $OUT/ab.jsonl
 
-The peer is a copy of gpu/kernels/fused.py from an earlier commit (`git show
-REV:gpu/kernels/fused.py`, its `from .common` import made absolute), kept out of the repo.
+A peer is a copy of gpu/kernels/fused.py from an earlier commit or an experiment (`git show
+REV:gpu/kernels/fused.py`, its `from .common` import made absolute), kept out of the repo;
+a peer that is a copy of the current file measures the run's noise.
 For each standard shape (fp16) every provider runs the same tile config (the tuned store's
 entry for --store-gpu, else the default) on the same rotating inputs, alternating, twice;
-the best median counts. The peer runs both of its paths (RAW_MAX True and False; its
-argument list is ours: e.g. `git show 3243cd4:gpu/kernels/fused.py`), and ours must equal
-its RAW_MAX=True output bit for bit (same arithmetic). Prints ratios per shape and
-geometric means.
+the best median counts. Peers take our argument list (so one from before 3243cd4 will not
+do); --general NAME also runs that peer with RAW_MAX=False. Peers doing the same
+arithmetic as ours must match its output bit for bit (checked, reported). Prints ratios
+per shape and geometric means.
 """
 from __future__ import annotations
 
@@ -38,7 +40,10 @@ def load_peer(path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer", required=True, help="earlier fused.py (see the docstring)")
+    ap.add_argument("--peer", required=True, action="append",
+                    help="NAME=PATH of another fused.py (repeatable; see the docstring)")
+    ap.add_argument("--general", default=None, metavar="NAME",
+                    help="also run this peer with RAW_MAX=False (as NAME_general)")
     ap.add_argument("--out", default="ab.jsonl")
     ap.add_argument("--store-gpu", default="NVIDIA H200",
                     help="whose tuned configs to use (default: NVIDIA H200)")
@@ -54,7 +59,10 @@ def main(argv=None):
     from spak import tuned
     import dataclasses
 
-    peer = load_peer(args.peer)
+    peers = {}
+    for item in args.peer:
+        name, _, path = item.partition("=")
+        peers[name] = load_peer(path)
     gpu = torch.cuda.get_device_name()
     t_start = time.time()
     out_f = open(args.out, "a")
@@ -71,8 +79,9 @@ def main(argv=None):
         g = torch.Generator(device="cuda").manual_seed(spec.Sq * 13 + spec.D + spec.causal)
         sets = [tuple(torch.randn(sh, device="cuda", dtype=torch.float16, generator=g)
                       for sh in (spec.q_shape, spec.kv_shape, spec.kv_shape)) for _ in range(3)]
+        names = ["new", *peers] + ([f"{args.general}_general"] if args.general else [])
         outs = {name: [torch.empty(spec.q_shape, device="cuda", dtype=torch.float16)
-                       for _ in sets] for name in ("new", "prev_raw", "prev_general")}
+                       for _ in sets] for name in names}
         scale = 1.0 / math.sqrt(spec.D)
 
         def plans_for(name):
@@ -82,7 +91,9 @@ def main(argv=None):
                                            scale=scale, tiles=tiles), hints)
                 if name != "new":
                     a = list(L[0].args)
-                    a[12] = name == "prev_raw"                  # RAW_MAX
+                    peer = peers[name.removesuffix("_general")]
+                    if name.endswith("_general"):
+                        a[12] = False                           # RAW_MAX
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
                                                                      **hints), args=tuple(a))]
                 ps.append(L)
@@ -96,8 +107,8 @@ def main(argv=None):
             for name in outs:                       # compile + the bit check
                 fns[name](0)
             torch.cuda.synchronize()
-            same = bool(torch.equal(outs["new"][0].view(torch.int16),
-                                    outs["prev_raw"][0].view(torch.int16)))
+            differ = [n for n in peers if not torch.equal(
+                outs["new"][0].view(torch.int16), outs[n][0].view(torch.int16))]
             res = {}
             for rep in range(2):
                 for name, fn in fns.items():
@@ -106,25 +117,23 @@ def main(argv=None):
         tf = {k: spec.flops / (v * 1e-3) / 1e12 for k, v in ms.items()}
         row = {"case": spec.case_id, "gpu": gpu, "date": time.strftime("%Y-%m-%d"),
                "config": {**tiles, **{k: v for k, v in hints.items() if v is not None}},
-               "new_equals_prev_raw": same,
+               "peers_differing_bits": differ,
                **{f"{k}_ms": v for k, v in ms.items()}, **{f"{k}_tflops": v for k, v in tf.items()}}
         out_f.write(json.dumps(row) + "\n")
         out_f.flush()
         os.fsync(out_f.fileno())
         rows.append(row)
-        print(f"  {spec.case_id:<34} new {tf['new']:6.1f} prev_raw {tf['prev_raw']:6.1f} "
-              f"prev_general {tf['prev_general']:6.1f} cuDNN {tf['cudnn']:6.1f} | "
-              f"new/prev_raw {ms['prev_raw'] / ms['new']:.3f} new/prev_gen "
-              f"{ms['prev_general'] / ms['new']:.3f} new/cuDNN {ms['cudnn'] / ms['new']:.3f}"
-              f"{'' if same else '  BITS DIFFER'}", flush=True)
+        print(f"  {spec.case_id:<34} " + " ".join(f"{n} {tf[n]:6.1f}" for n in fns) + " | "
+              + " ".join(f"new/{n} {ms[n] / ms['new']:.3f}" for n in fns if n != "new")
+              + (f"  BITS DIFFER: {differ}" if differ else ""), flush=True)
         del sets, outs, plans, fns
     if rows:
-        def gm(key):
-            return math.exp(sum(math.log(r["cudnn_ms" if key == "cudnn" else f"{key}_ms"]
-                                         / r["new_ms"]) for r in rows) / len(rows))
-        print(f"geomean over {len(rows)} shapes: new/prev_raw {gm('prev_raw'):.3f} "
-              f"new/prev_general {gm('prev_general'):.3f} new/cuDNN {gm('cudnn'):.3f}; "
-              f"new >= 1.0x cuDNN on {sum(r['cudnn_ms'] >= r['new_ms'] for r in rows)}")
+        others = [n for n in rows[0] if n.endswith("_ms") and n != "new_ms"]
+        gms = {n[:-3]: math.exp(sum(math.log(r[n] / r["new_ms"]) for r in rows) / len(rows))
+               for n in others}
+        print(f"geomean over {len(rows)} shapes (new/X, > 1: new faster): "
+              + ", ".join(f"new/{n} {g:.3f}" for n, g in gms.items())
+              + f"; new >= 1.0x cuDNN on {sum(r['cudnn_ms'] >= r['new_ms'] for r in rows)}")
     return 0
 
 
