@@ -30,9 +30,9 @@ MIN_TILE, MAX_TILE = 16, 256
 #: int32 indexing refuses a shape or stride past INT32_MAX ("stride is too big").
 INT32_MAX = 2**31 - 1
 
-#: Launch names, in launch order, per kernel.
+#: Launch names, in launch order, per kernel (fused.redo only after a RAW_MAX launch).
 LAUNCH_NAMES = {
-    "fused": ("fused",),
+    "fused": ("fused", "fused.redo"),
     "naive": ("naive.scores", "naive.softmax", "naive.pv"),
 }
 
@@ -43,6 +43,9 @@ class Launch:
     grid: tuple[int, int, int]
     args: tuple                    # arrays, python float scale, python int/bool Constants
     name: str
+    # False: by design the launch writes only some output elements (the fused kernel's
+    # REDO pass); the simulator's unwritten-output check is skipped for it
+    writes_all: bool = True
 
 
 # --------------------------------------------------------------------------------------
@@ -118,10 +121,23 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
     m_tiles = _cdiv(Sq, tm)
     if kernel_name == "fused":
-        return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
-                        (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
-                         causal, has_mask, raw_max_ok(scale) and not has_mask, lat_k, lat_v),
-                        "fused")]
+        # RAW_MAX (the FFMA fast path) is followed by a REDO launch on the general path
+        # that recomputes only the blocks the first one flagged (huge logits); flags holds
+        # one float per block.
+        grid = (m_tiles, B * Hq, 1)
+        consts = (scale, head_dim, head_dim_v, tm, tn, causal, has_mask)
+        if not (raw_max_ok(scale) and not has_mask):
+            flags = alloc((1,), "float32")                 # never read or written
+            return [_launch(_fused.fmha_fwd_kernel, grid,
+                            (q, k, v, out, mask, flags, *consts, False, lat_k, lat_v, False),
+                            "fused")]
+        flags = alloc((m_tiles * B * Hq,), "float32")
+        return [_launch(_fused.fmha_fwd_kernel, grid,
+                        (q, k, v, out, mask, flags, *consts, True, lat_k, lat_v, False),
+                        "fused"),
+                _launch(_fused.fmha_fwd_kernel, grid,
+                        (q, k, v, out, mask, flags, *consts, False, lat_k, lat_v, True),
+                        "fused.redo", writes_all=False)]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory, padded to
     # whole tiles (the scores kernel writes -inf past Sk, so P is 0 there). Why: with a
@@ -142,11 +158,11 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     return launches
 
 
-def _launch(kernel, grid, args, name) -> Launch:
+def _launch(kernel, grid, args, name, writes_all=True) -> Launch:
     """A Launch, switched to the kernel's int64-indexed twin when an array needs it."""
     if any(_numel(a) > INT32_MAX for a in args if hasattr(a, "shape")):
         kernel = int64_variant(kernel)
-    return Launch(kernel, grid, args, name)
+    return Launch(kernel, grid, args, name, writes_all)
 
 
 def _numel(a) -> int:

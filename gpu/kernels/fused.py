@@ -36,7 +36,7 @@ ConstBool = ct.Constant[bool]
 # tensor-core work. Measured on an H200 (results/perf-probe-h200-2026-11-22.md): +20-45%
 # over the compiler's default at every standard shape and tile. Other archs: unmeasured.
 @ct.kernel(occupancy=ct.ByTarget(sm_90=2))
-def fmha_fwd_kernel(Q, K, V, Out, Mask,
+def fmha_fwd_kernel(Q, K, V, Out, Mask, Flags,
                     scale: float,            # softmax scale (float32 on the GPU), any finite
                     HEAD_DIM: ConstInt,      # tile width of D (power of two >= Q's D)
                     HEAD_DIM_V: ConstInt,    # tile width of Dv (power of two >= V's Dv)
@@ -46,7 +46,15 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
                     HAS_MASK: ConstBool,
                     RAW_MAX: ConstBool,      # scale > 0 and no mask: FFMA fast path (below)
                     LAT_K: ConstInt = 0,     # DRAM latency hint for K loads, 1..10; 0: compiler
-                    LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
+                    LAT_V: ConstInt = 0,     # same for V loads (tuning knobs for the sweeper)
+                    REDO: ConstBool = False):  # second launch after a RAW_MAX one (below)
+    # Flags [grid blocks] float32: a RAW_MAX launch sets its block's entry to 1 when the
+    # fast path was not safe for it (|running max| reached RAW_MAX_LIMIT); the REDO launch
+    # (general path, RAW_MAX False) recomputes just those blocks, the others exit at once.
+    # (The block-wide max for the flag costs the RAW_MAX kernel 4 spill stores and loads
+    # per key tile on sm_90; per-row flags avoid that, but tileiras 13.4 fails to compile
+    # a REDO branch on a reduction of more than one loaded element.)
+    flag_at = ct.bid(0) + ct.num_blocks(0) * ct.bid(1)
     bid_m = ct.bid(0)
     if CAUSAL:
         # Longest first: with x the fastest block index, the GPU starts blocks in bid(0)
@@ -54,9 +62,18 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
         # blocks start early and the short ones fill the last wave's gaps.
         bid_m = ct.num_blocks(0) - 1 - bid_m
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
-    _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V)
+    if REDO:
+        if ct.max(ct.load(Flags, index=(flag_at,), shape=(1,))) > 0.0:
+            _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
+                            HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, False,
+                            LAT_K, LAT_V)
+    else:
+        m_big = _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
+                                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
+                                RAW_MAX, LAT_K, LAT_V)
+        if RAW_MAX:
+            unsafe = ct.where(ct.max(m_big, axis=0) >= RAW_MAX_LIMIT, 1.0, 0.0)   # [1]
+            ct.store(Flags, index=(flag_at,), tile=unsafe)
 
 
 def _head_coords(bid_bh, Q, K):
@@ -92,8 +109,10 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     # H100, results/ab-h100-2026-11-22). The FFMA leaves the max score 2^e with e =
     # x*c - fl(x*c), |e| <= ulp(m) / 2: harmless (every p of the row shares the factor,
     # the normalisation cancels it) while |m| < RAW_MAX_LIMIT, but past ~2^30 it over- or
-    # underflows. So the block tracks its largest |m| and, past the limit, runs again on
-    # the general path (a block-uniform branch, taken only for absurd logits).
+    # underflows. So the block tracks its largest |m| and, past the limit, flags itself
+    # for a second launch on the general path (gpu/plan.py plans it; blocks not flagged
+    # return at once). Re-running in the same kernel instead cost ~4% everywhere (the
+    # second copy of the loop made the compiler spill; results/ab-h100-2026-11-22).
     qk_scale_log2 = scale * LOG2E
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
@@ -128,9 +147,6 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
             key_offs, mask_from, num_tiles, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
             HAS_MASK, Q.dtype, LAT_K, LAT_V)
     m_i, l_i, acc, m_big = _attend(*args, RAW_MAX)
-    if RAW_MAX:
-        if ct.max(m_big) >= RAW_MAX_LIMIT:
-            m_i, l_i, acc, m_big = _attend(*args, False)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -142,6 +158,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     out = ct.where(has_keys, out, 0.0)
     out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
     ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
+    return m_big
 
 
 def _attend(q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, c, seq_k, q_pos, key_offs,
