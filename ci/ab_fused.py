@@ -8,10 +8,11 @@ REV:gpu/kernels/fused.py`, its `from .common` import made absolute), kept out of
 a peer that is a copy of the current file measures the run's noise.
 For each standard shape (fp16) every provider runs the same tile config (the tuned store's
 entry for --store-gpu, else the default) on the same rotating inputs, alternating, twice;
-the best median counts. Peers take our argument list (so one from before 3243cd4 will not
-do); --general NAME also runs that peer with RAW_MAX=False. Peers doing the same
-arithmetic as ours must match its output bit for bit (checked, reported). Prints ratios
-per shape and geometric means.
+the best median counts. A peer's arguments are ours matched by parameter name; a peer with
+a RAW_MAX parameter (the FFMA fast path, dropped in aafbfa8) runs it, and --general NAME
+also runs that peer with RAW_MAX=False. Peers whose output differs from ours bit for bit
+are named (expected only for a different arithmetic). Prints ratios per shape and
+geometric means.
 """
 from __future__ import annotations
 
@@ -32,8 +33,16 @@ from spak.gpurun import time_events  # noqa: E402
 from spak.problems import select_cases  # noqa: E402
 
 
-def _argcount(kernel) -> int:
-    return kernel._annotated_function.pyfunc.__code__.co_argcount
+def _params(kernel) -> list[str]:
+    code = kernel._annotated_function.pyfunc.__code__
+    return list(code.co_varnames[:code.co_argcount])
+
+
+def _peer_args(launch, peer_kernel, **extra) -> tuple:
+    """Our launch's arguments re-laid for a peer's signature, matched by parameter name;
+    a peer parameter we lack (e.g. RAW_MAX of an older version) comes from ``extra``."""
+    ours = dict(zip(_params(launch.kernel), launch.args))
+    return tuple(ours[n] if n in ours else extra[n] for n in _params(peer_kernel))
 
 
 def load_peer(path):
@@ -95,15 +104,11 @@ def main(argv=None):
                 L = apply_hints(plan_torch("fused", q, k, v, o, causal=spec.causal,
                                            scale=scale, tiles=tiles), hints)
                 if name != "new":
-                    a = list(L[0].args)
                     peer = peers[name.removesuffix("_general")]
-                    old = _argcount(peer.fmha_fwd_kernel) < _argcount(L[0].kernel)
-                    if old:        # before the Flags array and REDO: one launch, no flags
-                        a = a[:5] + a[6:-1]
-                    if name.endswith("_general"):
-                        a[12 if old else 13] = False            # RAW_MAX
+                    raw = not name.endswith("_general")
+                    a = _peer_args(L[0], peer.fmha_fwd_kernel, RAW_MAX=raw)
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
-                                                                     **hints), args=tuple(a))]
+                                                                     **hints), args=a)]
                 ps.append(L)
             return ps
 
@@ -115,7 +120,7 @@ def main(argv=None):
             for name in outs:                       # compile + the bit check
                 fns[name](0)
             torch.cuda.synchronize()
-            differ = [n for n in peers if not n.endswith("_general") and not torch.equal(
+            differ = [n for n in outs if n != "new" and not torch.equal(
                 outs["new"][0].view(torch.int16), outs[n][0].view(torch.int16))]
             # Order matters: after the compiles the GPU is cool and clocks high, so whoever
             # runs first gains several % (seen: two copies of one kernel 5% apart). Spin

@@ -61,29 +61,24 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
     """Plan and run: ``out`` (preallocated, [B, Hq, Sq, Dv]) receives the attention.
 
     hints: {"occupancy", "num_ctas"} decorator options (gpu.variants); None = the kernel's.
-    The fused kernel's plan (one launch, or two: RAW_MAX then REDO) takes the tensors and
-    a small flags workspace as its first six arguments; the rest depends only on shapes,
-    dtype, flags and config, so it is planned once per such key and reused: planning costs
-    more host time than a short kernel takes. The flags buffer is fresh per call (calls on
-    different streams must not share it).
+    The fused kernel's plan is one launch whose first five arguments are the tensors and
+    whose rest depends only on shapes, dtype, flags and config, so it is planned once per
+    such key and reused: planning costs more host time than a short kernel takes.
     """
     from .variants import apply_hints
     if kernel_name == "fused" and mask is None:
         key = (tuple(q.shape), tuple(k.shape), tuple(v.shape), q.dtype, q.device, causal,
                scale, tuple(sorted((tiles or {}).items())),
                tuple(sorted((hints or {}).items())))
-        plan = _FUSED_PLANS.get(key)
-        if plan is None:
+        cached = _FUSED_PLANS.get(key)
+        if cached is None:
             if len(_FUSED_PLANS) >= 512:          # many distinct shapes: start over
                 _FUSED_PLANS.clear()
-            plan = _FUSED_PLANS[key] = apply_hints(
-                plan_torch(kernel_name, q, k, v, out, mask=None, causal=causal, scale=scale,
-                           tiles=tiles), hints)
-        dummy, flags = plan[0].args[4], plan[0].args[5]     # the never-read mask, flags
-        if len(plan) > 1:
-            flags = torch_alloc(q)(tuple(flags.shape), "float32")
-        run([dataclasses.replace(L, args=(q, k, v, out, dummy, flags) + L.args[6:])
-             for L in plan], stream)
+            (L,) = apply_hints(plan_torch(kernel_name, q, k, v, out, mask=None, causal=causal,
+                                          scale=scale, tiles=tiles), hints)
+            cached = _FUSED_PLANS[key] = (L, L.args[4])      # args[4]: the dummy mask
+        L, dummy = cached
+        run([dataclasses.replace(L, args=(q, k, v, out, dummy) + L.args[5:])], stream)
         return out
     run(apply_hints(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal,
                                scale=scale, tiles=tiles), hints), stream)

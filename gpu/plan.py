@@ -12,7 +12,6 @@ expanded to [MB, MH, Sq, Sk] with MB in {1, B} and MH in {1, Hq}.
 from __future__ import annotations
 
 import math
-import struct
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -30,9 +29,9 @@ MIN_TILE, MAX_TILE = 16, 256
 #: int32 indexing refuses a shape or stride past INT32_MAX ("stride is too big").
 INT32_MAX = 2**31 - 1
 
-#: Launch names, in launch order, per kernel (fused.redo only after a RAW_MAX launch).
+#: Launch names, in launch order, per kernel.
 LAUNCH_NAMES = {
-    "fused": ("fused", "fused.redo"),
+    "fused": ("fused",),
     "naive": ("naive.scores", "naive.softmax", "naive.pv"),
 }
 
@@ -43,9 +42,6 @@ class Launch:
     grid: tuple[int, int, int]
     args: tuple                    # arrays, python float scale, python int/bool Constants
     name: str
-    # False: by design the launch writes only some output elements (the fused kernel's
-    # REDO pass); the simulator's unwritten-output check is skipped for it
-    writes_all: bool = True
 
 
 # --------------------------------------------------------------------------------------
@@ -121,23 +117,10 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
     m_tiles = _cdiv(Sq, tm)
     if kernel_name == "fused":
-        # RAW_MAX (the FFMA fast path) is followed by a REDO launch on the general path
-        # that recomputes only the blocks the first one flagged (huge logits); flags holds
-        # one float per block.
-        grid = (m_tiles, B * Hq, 1)
-        consts = (scale, head_dim, head_dim_v, tm, tn, causal, has_mask)
-        if not (raw_max_ok(scale) and not has_mask):
-            flags = alloc((1,), "float32")                 # never read or written
-            return [_launch(_fused.fmha_fwd_kernel, grid,
-                            (q, k, v, out, mask, flags, *consts, False, lat_k, lat_v, False),
-                            "fused")]
-        flags = alloc((m_tiles * B * Hq,), "float32")
-        return [_launch(_fused.fmha_fwd_kernel, grid,
-                        (q, k, v, out, mask, flags, *consts, True, lat_k, lat_v, False),
-                        "fused"),
-                _launch(_fused.fmha_fwd_kernel, grid,
-                        (q, k, v, out, mask, flags, *consts, False, lat_k, lat_v, True),
-                        "fused.redo", writes_all=False)]
+        return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
+                        (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
+                         causal, has_mask, lat_k, lat_v),
+                        "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory, padded to
     # whole tiles (the scores kernel writes -inf past Sk, so P is 0 there). Why: with a
@@ -158,11 +141,11 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     return launches
 
 
-def _launch(kernel, grid, args, name, writes_all=True) -> Launch:
+def _launch(kernel, grid, args, name) -> Launch:
     """A Launch, switched to the kernel's int64-indexed twin when an array needs it."""
     if any(_numel(a) > INT32_MAX for a in args if hasattr(a, "shape")):
         kernel = int64_variant(kernel)
-    return Launch(kernel, grid, args, name, writes_all)
+    return Launch(kernel, grid, args, name)
 
 
 def _numel(a) -> int:
@@ -294,21 +277,8 @@ def _check_int(name, value, lo, hi) -> int:
 
 #: The kernels take scale as a float32 and work with scale * log2(e) in float32.
 FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 LOG2E = 1.4426950408889634
 MAX_SCALE = FLOAT32_MAX / LOG2E / 2          # |scale| above this: scale*log2(e) ~ overflow
-
-
-def _float32(x: float) -> float:
-    return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def raw_max_ok(scale: float) -> bool:
-    """Whether the fused kernel may take its RAW_MAX path (row max on the raw scores, one
-    FFMA per score with c = scale * log2(e)): c must be a positive NORMAL float32. A tiny
-    positive scale that is 0 or subnormal in float32 would give c == 0 on the GPU (flush
-    to zero) and -inf * 0 = NaN for masked keys. (Huge logits are caught in the kernel.)"""
-    return scale > 0 and _float32(scale) * LOG2E >= 2 * FLOAT32_MIN_NORMAL
 
 
 def _check_scale(scale, head_dim) -> float:

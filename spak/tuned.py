@@ -157,7 +157,8 @@ def load_store(path=None) -> dict:
 
 def lookup(gpu_name: str, kernel: str, dtype, head_dim: int, causal: bool, seq_len: int,
            *, path=None, strict: bool = False) -> Optional[dict]:
-    """The tuned tiles {"TILE_M", "TILE_N", ...} for a problem, or None.
+    """The tuned tiles {"TILE_M", "TILE_N", ...} for a problem, or None. Entries for
+    ``gpu_name`` win; without any, those of a GPU of the same arch are used.
 
     A corrupt store warns and returns None (strict=False, what spak.fmha uses: a bad
     store must not stop attention from running) or raises TunedStoreError (strict=True).
@@ -169,17 +170,33 @@ def lookup(gpu_name: str, kernel: str, dtype, head_dim: int, causal: bool, seq_l
             raise
         warnings.warn(f"ignoring the tuned-config store: {e}", RuntimeWarning, stacklevel=2)
         return None
-    want = (str(gpu_name), str(kernel), normalize_dtype(dtype), int(head_dim), bool(causal))
-    bucket = seq_bucket(seq_len)
+    want = (str(kernel), normalize_dtype(dtype), int(head_dim), bool(causal))
+    entries = [e for e in store["configs"]
+               if (e["kernel"], e["dtype"], int(e["head_dim"]), bool(e["causal"])) == want]
+    mine = [e for e in entries if e["gpu"] == str(gpu_name)]
+    # None tuned on this GPU: take a sibling's (same arch per spak.archs, e.g. an H200's
+    # configs on an H100: the same SM design, and this work is compute-bound)
+    best = _nearest(mine or [e for e in entries if _siblings(e["gpu"], str(gpu_name))],
+                    seq_bucket(seq_len))
+    return dict(best["tiles"]) if best is not None else None
+
+
+def _nearest(entries, bucket):
+    """The entry whose sequence bucket is nearest (log scale); ties go to the larger."""
     best, best_dist = None, None
-    for e in store["configs"]:
-        if (e["gpu"], e["kernel"], e["dtype"], int(e["head_dim"]), bool(e["causal"])) != want:
-            continue
+    for e in entries:
         dist = abs(int(e["seq_bucket"]).bit_length() - bucket.bit_length())
         if best_dist is None or dist < best_dist or (
                 dist == best_dist and int(e["seq_bucket"]) > int(best["seq_bucket"])):
             best, best_dist = e, dist
-    return dict(best["tiles"]) if best is not None else None
+    return best
+
+
+def _siblings(a: str, b: str) -> bool:
+    """Two GPU names SPAK knows (spak.archs) with the same arch."""
+    from spak import archs
+    pa, pb = archs.lookup(a), archs.lookup(b)
+    return pa is not None and pb is not None and pa.arch == pb.arch
 
 
 def make_entry(gpu_name: str, kernel: str, dtype, head_dim: int, causal: bool, seq_len: int,

@@ -93,7 +93,12 @@ def test_update_store_round_trip_and_lookup_rule(tmp_path, monkeypatch):
     assert look(GPU, "fused", "fp16", 128, False, 4096) is None
     assert look(GPU, "fused", "bf16", 64, False, 4096) is None
     assert look(GPU, "naive", "fp16", 64, False, 4096) is None
-    assert look("NVIDIA H100 PCIe", "fused", "fp16", 64, False, 4096) is None
+    # no entry for this GPU: a sibling's (same arch per spak.archs), never another arch's
+    assert look("NVIDIA H100 PCIe", "fused", "fp16", 64, False, 4096) in (
+        {"TILE_M": 128, "TILE_N": 128, "occupancy": 2}, {"TILE_M": 64, "TILE_N": 64,
+                                                          "occupancy": 1})
+    assert look("NVIDIA GeForce RTX 5070", "fused", "fp16", 64, False, 4096) is None
+    assert look("Some Unknown GPU", "fused", "fp16", 64, False, 4096) is None
     assert look("NVIDIA H200", "fused", "fp16", 64, False, 4096) == {"TILE_M": 64, "TILE_N": 64,
                                                                      "occupancy": 1}
     assert look(GPU, "fused", "fp16", 128, True, 4096) == {"TILE_M": 64, "TILE_N": 128,

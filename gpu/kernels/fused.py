@@ -21,10 +21,6 @@ import cuda.tile as ct
 
 from .common import LOG2E, NEG_INF
 
-#: RAW_MAX path: largest |running max| (log2 units) it is used for. Below 2^24, ulp(m) <= 1,
-#: so the max score's exp2 argument is off by at most 1/2 (see _fmha_fwd_block).
-RAW_MAX_LIMIT = 2.0 ** 24
-
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
@@ -36,7 +32,7 @@ ConstBool = ct.Constant[bool]
 # tensor-core work. Measured on an H200 (results/perf-probe-h200-2026-11-22.md): +20-45%
 # over the compiler's default at every standard shape and tile. Other archs: unmeasured.
 @ct.kernel(occupancy=ct.ByTarget(sm_90=2))
-def fmha_fwd_kernel(Q, K, V, Out, Mask, Flags,
+def fmha_fwd_kernel(Q, K, V, Out, Mask,
                     scale: float,            # softmax scale (float32 on the GPU), any finite
                     HEAD_DIM: ConstInt,      # tile width of D (power of two >= Q's D)
                     HEAD_DIM_V: ConstInt,    # tile width of Dv (power of two >= V's Dv)
@@ -44,17 +40,8 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask, Flags,
                     TILE_N: ConstInt,        # keys per inner-loop step
                     CAUSAL: ConstBool,
                     HAS_MASK: ConstBool,
-                    RAW_MAX: ConstBool,      # scale > 0 and no mask: FFMA fast path (below)
                     LAT_K: ConstInt = 0,     # DRAM latency hint for K loads, 1..10; 0: compiler
-                    LAT_V: ConstInt = 0,     # same for V loads (tuning knobs for the sweeper)
-                    REDO: ConstBool = False):  # second launch after a RAW_MAX one (below)
-    # Flags [grid blocks] float32: a RAW_MAX launch sets its block's entry to 1 when the
-    # fast path was not safe for it (|running max| reached RAW_MAX_LIMIT); the REDO launch
-    # (general path, RAW_MAX False) recomputes just those blocks, the others exit at once.
-    # (The block-wide max for the flag costs the RAW_MAX kernel 4 spill stores and loads
-    # per key tile on sm_90; per-row flags avoid that, but tileiras 13.4 fails to compile
-    # a REDO branch on a reduction of more than one loaded element.)
-    flag_at = ct.bid(0) + ct.num_blocks(0) * ct.bid(1)
+                    LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
     bid_m = ct.bid(0)
     if CAUSAL:
         # Longest first: with x the fastest block index, the GPU starts blocks in bid(0)
@@ -62,18 +49,8 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask, Flags,
         # blocks start early and the short ones fill the last wave's gaps.
         bid_m = ct.num_blocks(0) - 1 - bid_m
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
-    if REDO:
-        if ct.max(ct.load(Flags, index=(flag_at,), shape=(1,))) > 0.0:
-            _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                            HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, False,
-                            LAT_K, LAT_V)
-    else:
-        m_big = _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
-                                RAW_MAX, LAT_K, LAT_V)
-        if RAW_MAX:
-            unsafe = ct.where(ct.max(m_big, axis=0) >= RAW_MAX_LIMIT, 1.0, 0.0)   # [1]
-            ct.store(Flags, index=(flag_at,), tile=unsafe)
+    _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V)
 
 
 def _head_coords(bid_bh, Q, K):
@@ -93,8 +70,7 @@ def _head_coords(bid_bh, Q, K):
 # One block: load Q once, stream K/V tiles, normalise, store.
 # --------------------------------------------------------------------------------------
 def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V):
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
@@ -102,17 +78,13 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
 
     # scale and log2(e) folded into one multiplier c: scores live in log2 units,
     # s = (Q K^T * scale + M) * log2(e), so exp2(s - max) is the softmax numerator.
-    # General path: scale (and round) the scores before the row max, so the max score
-    # gives exp2(0) = 1 exactly; right for any scale and with a mask.
-    # RAW_MAX path (scale > 0, no mask): max(c * x) = c * max(x), so the max is taken on
-    # the raw scores and `x * c - m` is one FFMA per score (~7% faster end to end on an
-    # H100, results/ab-h100-2026-11-22). The FFMA leaves the max score 2^e with e =
-    # x*c - fl(x*c), |e| <= ulp(m) / 2: harmless (every p of the row shares the factor,
-    # the normalisation cancels it) while |m| < RAW_MAX_LIMIT, but past ~2^30 it over- or
-    # underflows. So the block tracks its largest |m| and, past the limit, flags itself
-    # for a second launch on the general path (gpu/plan.py plans it; blocks not flagged
-    # return at once). Re-running in the same kernel instead cost ~4% everywhere (the
-    # second copy of the loop made the compiler spill; results/ab-h100-2026-11-22).
+    # The scores are scaled (and rounded) BEFORE the row max, so the max score gives
+    # exp2(s - m) = exp2(0) = 1 exactly. The tempting `x * c - m` on raw scores (max taken
+    # raw) is one FFMA, but the GPU fuses it: the max score then gives 2^(x*c - fl(x*c)),
+    # the product's rounding error, which overflows to inf (NaN rows) once |x*c| is past
+    # ~2^31 (tests/test_edge_cases.py, scale 1e30). It is ~6% faster on an H100; guarding
+    # it (a re-run for blocks with huge logits, in-kernel or as a second launch) cost as
+    # much as it saved (docs/perf-notes.md, v5), so the general form is the only one.
     qk_scale_log2 = scale * LOG2E
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
@@ -143,10 +115,30 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     mask_b = min(b, Mask.shape[0] - 1)
     mask_h = min(h, Mask.shape[1] - 1)
 
-    args = (q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, qk_scale_log2, seq_k, q_pos,
-            key_offs, mask_from, num_tiles, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
-            HAS_MASK, Q.dtype, LAT_K, LAT_V)
-    m_i, l_i, acc, m_big = _attend(*args, RAW_MAX)
+    # ---- online softmax state (float32) -----------------------------------------------
+    m_i = ct.full((TILE_M, 1), NEG_INF, dtype=ct.float32)   # running max, log2 units
+    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)       # running sum of exp2
+    acc = ct.full((TILE_M, HEAD_DIM_V), 0.0, dtype=ct.float32)
+
+    # Two loops rather than one with a branch: interior tiles need no masking, and a loop
+    # body without control flow is what the compiler pipelines best.
+    for j in range(0, min(mask_from, num_tiles)):
+        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K)
+        m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
+                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
+    for j in range(mask_from, num_tiles):
+        # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
+        # the diagonal get -inf, i.e. probability exactly 0.
+        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K)
+        key_pos = j * TILE_N + key_offs                     # [1, TN]
+        keep = key_pos < seq_k
+        if CAUSAL:
+            keep = keep & (key_pos <= q_pos)                # [TM, TN]
+        qk = ct.where(keep, qk, NEG_INF)
+        m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
+                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -158,56 +150,17 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     out = ct.where(has_keys, out, 0.0)
     out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
     ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
-    return m_big
-
-
-def _attend(q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, c, seq_k, q_pos, key_offs,
-            mask_from, num_tiles, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
-            in_dtype, LAT_K, LAT_V, RAW):
-    """The online softmax over the block's key tiles: (m, l, acc) and the largest |m| seen
-    (RAW only; zeros otherwise)."""
-    m_i = ct.full((TILE_M, 1), NEG_INF, dtype=ct.float32)   # running max, log2 units
-    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)       # running sum of exp2
-    acc = ct.full((TILE_M, HEAD_DIM_V), 0.0, dtype=ct.float32)
-    m_big = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
-
-    # Two loops rather than one with a branch: interior tiles need no masking, and a loop
-    # body without control flow is what the compiler pipelines best.
-    for j in range(0, min(mask_from, num_tiles)):
-        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K, RAW)
-        m_i, l_i, acc, m_big = _online_softmax_step(qk, m_i, l_i, acc, m_big, V, b, kv_h,
-                                                    j, c, TILE_N, HEAD_DIM_V, in_dtype,
-                                                    LAT_V, RAW)
-    for j in range(mask_from, num_tiles):
-        # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
-        # the diagonal get -inf, i.e. probability exactly 0.
-        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K, RAW)
-        key_pos = j * TILE_N + key_offs                     # [1, TN]
-        keep = key_pos < seq_k
-        if CAUSAL:
-            keep = keep & (key_pos <= q_pos)                # [TM, TN]
-        qk = ct.where(keep, qk, NEG_INF)
-        m_i, l_i, acc, m_big = _online_softmax_step(qk, m_i, l_i, acc, m_big, V, b, kv_h,
-                                                    j, c, TILE_N, HEAD_DIM_V, in_dtype,
-                                                    LAT_V, RAW)
-    return m_i, l_i, acc, m_big
 
 
 def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K, RAW):
-    """Scores of key tile j in log2 units, (Q K^T * scale + M) * log2(e), float32 [TM, TN];
-    RAW: the raw Q K^T (no mask; the step multiplies by c)."""
+            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K):
+    """Scores of key tile j in log2 units: (Q K^T * scale + M) * log2(e), float32 [TM, TN]."""
     k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
                   order=(0, 1, 3, 2),                # K^T via the load's axis order
                   padding_mode=ct.PaddingMode.ZERO,
                   latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
     qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
-    qk = ct.mma(q, k_t, qk)                          # tensor cores, float32 accumulation
-    if RAW:
-        return qk
-    qk = qk * c
+    qk = ct.mma(q, k_t, qk) * c                      # tensor cores, float32 accumulation
     if HAS_MASK:
         m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
                          shape=(1, 1, TILE_M, TILE_N),
@@ -216,23 +169,15 @@ def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
     return qk
 
 
-def _online_softmax_step(s, m_i, l_i, acc, m_big, V, b, kv_h, j, c,
-                         TILE_N, HEAD_DIM_V, in_dtype, LAT_V, RAW):
-    """Fold one key tile of scores ``s`` [TM, TN] into (m_i, l_i, acc); also returns the
-    running max of |m| (RAW only). ``s`` is in log2 units, or raw (times c > 0) if RAW."""
-    if RAW:
-        m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True) * c)
-    else:
-        m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
+def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
+                         TILE_N, HEAD_DIM_V, in_dtype, LAT_V):
+    """Fold one key tile of scores ``s`` [TM, TN] (log2 units) into (m_i, l_i, acc)."""
+    m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
     # A row with every key masked so far has m_new == -inf; subtracting it would give
     # exp2(-inf - -inf) = NaN. Subtract 0 instead: its scores are -inf, so p == 0.
     m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
 
-    if RAW:
-        p = ct.exp2(s * c - m_safe, flush_to_zero=True)                 # one FFMA per score
-        m_big = ct.maximum(m_big, ct.abs(m_safe))
-    else:
-        p = ct.exp2(s - m_safe, flush_to_zero=True)                     # [TM, TN]
+    p = ct.exp2(s - m_safe, flush_to_zero=True)                         # [TM, TN]
     alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)                   # rescale old state
     l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
 
@@ -244,4 +189,4 @@ def _online_softmax_step(s, m_i, l_i, acc, m_big, V, b, kv_h, j, c,
     acc = ct.mma(p.astype(in_dtype), v, acc * alpha)
     # Keep the true max (possibly -inf), not m_safe: a later finite tile must rescale
     # against its own max, not against the placeholder 0.
-    return m_new, l_i, acc, m_big
+    return m_new, l_i, acc
