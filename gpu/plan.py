@@ -11,6 +11,7 @@ expanded to [MB, MH, Sq, Sk] with MB in {1, B} and MH in {1, Hq}.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 from dataclasses import dataclass
@@ -176,7 +177,11 @@ def int64_variant(kernel):
         new.__qualname__ = fn.__qualname__ + "_i64"
         new.__module__ = fn.__module__
         new.__doc__ = fn.__doc__
-        twin = _INT64_VARIANTS[kernel] = ct.kernel(new)
+        # same compiler options (occupancy, num_ctas, ...): ct.kernel(new) alone would
+        # drop the kernel's decorator options
+        opts = kernel._compiler_options
+        twin = _INT64_VARIANTS[kernel] = ct.kernel(new).replace_hints(
+            **{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)})
     return twin
 
 

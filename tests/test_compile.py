@@ -99,3 +99,5 @@ def test_int64_twins_are_annotated_and_cached():
     anns = twin._annotated_function.parameter_annotations
     assert [a.array.index_dtype for a in anns[:5]] == [ct.int64] * 5   # Q K V Out Mask
     assert all(a.array is None for a in anns[5:])                        # scale, Constants
+    # the decorator's options carry over (occupancy 2 on sm_90 for the fused kernel)
+    assert twin._compiler_options == fmha_fwd_kernel._compiler_options
