@@ -32,7 +32,6 @@ import math
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 import zlib
@@ -163,12 +162,13 @@ def _slug(text: str) -> str:
 
 
 def _git_commit() -> Optional[str]:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, cwd=Path(__file__).resolve().parents[1])
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
+    """Short commit of the tree that runs, "+dirty" when tracked files differ from it (a
+    device copy of a working tree reports its base commit otherwise); $SPAK_COMMIT wins."""
+    from spak.sweep import git_commit
+    commit, dirty = git_commit()
+    if commit is None:
         return None
+    return (commit if os.environ.get("SPAK_COMMIT") else commit[:7]) + ("+dirty" if dirty else "")
 
 
 # ------------------------------------------------------------------ timing
