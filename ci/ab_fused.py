@@ -21,7 +21,6 @@ import importlib.util
 import json
 import math
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spak.gpurun import time_events  # noqa: E402
+from spak.gpurun import time_alternating  # noqa: E402
 from spak.problems import select_cases  # noqa: E402
 
 
@@ -122,22 +121,7 @@ def main(argv=None):
             torch.cuda.synchronize()
             differ = [n for n in outs if n != "new" and not torch.equal(
                 outs["new"][0].view(torch.int16), outs[n][0].view(torch.int16))]
-            # Order matters: after the compiles the GPU is cool and clocks high, so whoever
-            # runs first gains several % (seen: two copies of one kernel 5% apart). Spin
-            # the GPU first, then alternate forward, backward and shuffled; best counts.
-            spin = time.time()
-            while time.time() - spin < 1.0:
-                fns["cudnn"](0)
-            torch.cuda.synchronize()
-            res = {}
-            order = list(fns)
-            for rep in range(3):
-                seq = order if rep == 0 else order[::-1] if rep == 1 else \
-                    random.Random(spec.Sq + rep).sample(order, len(order))
-                for name in seq:
-                    res.setdefault(name, []).append(
-                        time_events(fns[name], 3, target_s=0.12)["ms_median"])
-        ms = {k: min(v) for k, v in res.items()}
+            ms = time_alternating(fns, fns["cudnn"], spec.Sq)   # order-debiased
         tf = {k: spec.flops / (v * 1e-3) / 1e12 for k, v in ms.items()}
         row = {"case": spec.case_id, "gpu": gpu, "date": time.strftime("%Y-%m-%d"),
                "config": {**tiles, **{k: v for k, v in hints.items() if v is not None}},

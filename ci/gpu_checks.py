@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spak.gpurun import time_events  # noqa: E402
+from spak.gpurun import time_alternating, time_events  # noqa: E402
 from spak.metrics import GATES  # noqa: E402
 from spak.problems import ProblemSpec, select_cases  # noqa: E402
 
@@ -95,23 +95,9 @@ def tuned_vs_default(out_dir, args):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             fns["sdpa_cudnn"] = lambda i: torch.nn.functional.scaled_dot_product_attention(
                 *sets[i], is_causal=spec.causal)
-            # The first provider timed after a pause runs a few % fast (GPU cool, clocks
-            # high; results/ab-h100-2026-11-22): spin first, then alternate the order.
-            for name, fn in fns.items():               # compile everything first
+            for fn in fns.values():                    # compile everything first
                 fn(0)
-            spin = time.time()
-            while time.time() - spin < 1.0:
-                fns["sdpa_cudnn"](0)
-            torch.cuda.synchronize()
-            res = {}
-            order = list(fns)
-            for rep in range(3):                       # forward, backward, shuffled
-                seq = order if rep == 0 else order[::-1] if rep == 1 else \
-                    random.Random(spec.Sq + rep).sample(order, len(order))
-                for name in seq:
-                    st = time_events(fns[name], 3, target_s=0.12)
-                    res.setdefault(name, []).append(st["ms_median"])
-        ms = {k: min(v) for k, v in res.items()}
+            ms = time_alternating(fns, fns["sdpa_cudnn"], spec.Sq)   # order-debiased
         row = {"case": spec.case_id, "gpu": torch.cuda.get_device_name(),
                "date": time.strftime("%Y-%m-%d"), "default_tiles": dflt,
                **{f"{k}_ms": v for k, v in ms.items()},

@@ -197,6 +197,31 @@ def time_events(fn, n_sets: int, *, warmup: int = 3, min_runs: int = 10, max_run
     return stats([a.elapsed_time(b) for a, b in zip(starts, ends)])
 
 
+def time_alternating(fns: dict, spin, seed: int, *, reps: int = 3,
+                     target_s: float = 0.12) -> dict:
+    """Best median ms of each provider fn(i) (i over 3 input sets), timed in turns.
+
+    The provider timed first after a pause runs a few % fast (GPU cool, clocks high; two
+    copies of one kernel measured 5% apart, results/ab-h100-2026-11-22): so spin the GPU
+    with ``spin(0)`` for 1 s, then time every provider in forward, backward and shuffled
+    order (``seed`` fixes the shuffle). Compile (call each fn once) before this."""
+    import random
+    import torch
+    t0 = time.time()
+    while time.time() - t0 < 1.0:
+        spin(0)
+    torch.cuda.synchronize()
+    res: dict = {}
+    order = list(fns)
+    for rep in range(reps):
+        seq = order if rep == 0 else order[::-1] if rep == 1 else \
+            random.Random(seed + rep).sample(order, len(order))
+        for name in seq:
+            res.setdefault(name, []).append(time_events(fns[name], 3, target_s=target_s)
+                                            ["ms_median"])
+    return {k: min(v) for k, v in res.items()}
+
+
 def matmul_ceiling(n: int = 8192, runs: int = 20) -> dict:
     """fp16 n^3 torch.matmul on random data: the practical tensor-core ceiling (TFLOPS)."""
     import torch
