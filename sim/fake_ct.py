@@ -22,8 +22,6 @@ _PASS_THROUGH = {
 }
 
 _FROM_MEMORY = {"load": memory.load, "store": memory.store}
-# every op the kernel can call counts its tile arguments' uses (sim.tile.note_use): the
-# numeric model fuses a multiply into an add only when the product has that one use
 
 
 def _unsupported(name):
@@ -42,6 +40,8 @@ def build() -> types.ModuleType:
         if isinstance(val, ct.DType) or name in _PASS_THROUGH or isinstance(val, type) \
                 or isinstance(val, types.ModuleType):
             setattr(mod, name, val)
+        # every op the kernel can call counts its tile arguments' uses (sim.tile.note_use):
+        # the numeric model fuses a multiply into an add only when the product has one use
         elif name in _FROM_MEMORY:
             setattr(mod, name, counted(_FROM_MEMORY[name]))
         elif hasattr(ops, name) and callable(getattr(ops, name)):

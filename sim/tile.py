@@ -261,9 +261,7 @@ def lane_array(x, dtype, ndim: int) -> np.ndarray:
         v = x.v
         if x.dtype != dtype:
             v = current().model.round_to(v, dtype) if dtypes.is_float(dtype) else v.astype(st)
-        if x.ndim < ndim:
-            v = v.reshape((v.shape[0],) + (1,) * (ndim - x.ndim) + x.shape)
-        return v
+        return _lift(v, ndim)
     arr = np.asarray(x)
     if arr.dtype.kind == "f" and dtypes.is_float(dtype):
         arr = current().model.round_to(arr.astype(np.float64), dtype)
