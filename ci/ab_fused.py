@@ -39,9 +39,9 @@ def _params(kernel) -> list[str]:
 
 def _peer_args(launch, peer_kernel, **extra) -> tuple:
     """Our launch's arguments re-laid for a peer's signature, matched by parameter name;
-    a peer parameter we lack (e.g. RAW_MAX of an older version) comes from ``extra``."""
-    ours = dict(zip(_params(launch.kernel), launch.args))
-    return tuple(ours[n] if n in ours else extra[n] for n in _params(peer_kernel))
+    ``extra`` adds or overrides parameters (RAW_MAX=False for --general)."""
+    given = {**dict(zip(_params(launch.kernel), launch.args)), **extra}
+    return tuple(given[n] for n in _params(peer_kernel))
 
 
 def load_peer(path):
@@ -104,8 +104,8 @@ def main(argv=None):
                                            scale=scale, tiles=tiles), hints)
                 if name != "new":
                     peer = peers[name.removesuffix("_general")]
-                    raw = not name.endswith("_general")
-                    a = _peer_args(L[0], peer.fmha_fwd_kernel, RAW_MAX=raw)
+                    extra = {"RAW_MAX": False} if name.endswith("_general") else {}
+                    a = _peer_args(L[0], peer.fmha_fwd_kernel, **extra)
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
                                                                      **hints), args=a)]
                 ps.append(L)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -118,9 +119,10 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
     m_tiles = _cdiv(Sq, tm)
     if kernel_name == "fused":
+        raw_max, c_pow2 = raw_max_args(scale, has_mask)
         return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
-                        (q, k, v, out, mask, scale, head_dim, head_dim_v, tm, tn,
-                         causal, has_mask, lat_k, lat_v),
+                        (q, k, v, out, mask, scale, c_pow2, head_dim, head_dim_v, tm, tn,
+                         causal, has_mask, raw_max, lat_k, lat_v),
                         "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory, padded to
@@ -283,7 +285,27 @@ def _check_int(name, value, lo, hi) -> int:
 #: The kernels take scale as a float32 and work with scale * log2(e) in float32.
 FLOAT32_MAX = 3.4028234663852886e38
 LOG2E = 1.4426950408889634
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 MAX_SCALE = FLOAT32_MAX / LOG2E / 2          # |scale| above this: scale*log2(e) ~ overflow
+
+
+def _float32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def raw_max_args(scale: float, has_mask: bool) -> tuple[bool, float]:
+    """(RAW_MAX, scale_log2_pow2) for the fused kernel.
+
+    RAW_MAX (row max on raw scores, one FFMA per exponent) needs max(x * c) == max(x) * c,
+    so c = scale * log2(e) > 0, and no mask (a mask is added after scaling). c must also
+    be a NORMAL float32: a subnormal c is 0 on the GPU (flush to zero) and -inf * 0 = NaN
+    for masked keys. scale_log2_pow2 is the power of two in (c/2, c] that the kernel uses
+    for rows with huge scores (gpu/kernels/fused.py, _raw_max_step); 1.0 when unused.
+    """
+    c = _float32(_float32(scale) * _float32(LOG2E))   # exact product, then rounded once
+    if has_mask or not c >= 2 * FLOAT32_MIN_NORMAL:
+        return False, 1.0
+    return True, math.ldexp(0.5, math.frexp(c)[1])
 
 
 def _check_scale(scale, head_dim) -> float:

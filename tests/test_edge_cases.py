@@ -150,7 +150,37 @@ def test_extreme_logits_no_overflow_and_the_exact_one_hot_limit(kernel, scale, c
     assert biggest > (1e3 if abs(scale) == 50 else 8e3)       # |QK^T*scale| reaches ~1e4
     assert dom.mean() > 0.6                                   # most rows are one-hot
     vsel = np.take_along_axis(v[:, :, None], arg[..., None, None], axis=3)[..., 0, :]
-    np.testing.assert_array_equal(out[dom], vsel[dom])        # exactly V's row of the argmax
+    if kernel == "fused" and scale > 0:
+        # The FFMA path (RAW_MAX): the max score's weight is 2^(m*c - fl(m*c)), within
+        # 2^-11 of 1 at |m*c| ~ 2^14, and P V uses it rounded to fp16 while l sums it
+        # unrounded, so the row is V's to one fp16 ulp (bit-exact at scale 50, where the
+        # weight rounds to 1).
+        ulp = np.spacing(np.abs(vsel[dom]).astype(np.float16)).astype(np.float32)
+        assert (np.abs(out[dom] - vsel[dom]) <= ulp).all()
+        if scale == 50.0:
+            np.testing.assert_array_equal(out[dom], vsel[dom])
+    else:
+        np.testing.assert_array_equal(out[dom], vsel[dom])    # exactly V's row of the argmax
+
+
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_fused_rows_switching_to_and_from_the_huge_row_multiplier(direction):
+    """RAW_MAX rows whose max crosses HUGE_ROW (|m * c| = 2^24 log2 units) between key
+    tiles change multiplier (c <-> its power of two): no inf or NaN from the rescale, and
+    the one-hot limit where one key dominates. up: key tile 0 at 1.60e7 log2 units, just
+    below, tile 1 with one key at 1.70e7, just above (rescaling the old state with the old
+    multiplier would overflow here, or keep it at weight 1 if clamped). down: tile 0 at
+    -5.8e7 (huge, negative), tile 1 at 1.4e6 with one key 5.8e4 above the rest."""
+    q, k, v = inputs(1, 1, 1, 16, 32, 16, seed=21)
+    q[:] = np.float16(1.0)                          # logit = 16 * k * scale 250
+    if direction == "up":
+        k[0, 0, :16], k[0, 0, 16:] = np.float16(2772.0), np.float16(0.0)
+        k[0, 0, 21] = np.float16(2946.0)
+    else:
+        k[0, 0, :16], k[0, 0, 16:] = np.float16(-10000.0), np.float16(250.0)
+        k[0, 0, 21] = np.float16(260.0)
+    out = check("fused", q, k, v, scale=250.0, tiles=(16, 16))
+    np.testing.assert_array_equal(out[0, 0], np.broadcast_to(v[0, 0, 21], out.shape[2:]))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -199,9 +229,10 @@ def test_value_head_dim_differs_from_query_head_dim(kernel):
 @pytest.mark.parametrize("scale", [1e-46, 1e-40, 1e-30, 0.0, -0.0, 1e30, -1e30])
 def test_tiny_and_huge_scales(kernel, scale):
     """Scales that are 0/subnormal in float32 (1e-46, 1e-40) once gave the fused kernel
-    all-zero rows (its raw-max fast path multiplied -inf by c == 0), and huge ones (1e30)
-    NaN rows under the sm_90 model (that path's fused x*c - m leaves the max score the
-    product's rounding error, 2^(~1e24) = inf). The fast path is gone; |scale| >
+    all-zero rows (its raw-max fast path multiplied -inf by c == 0: such scales now take
+    the general path), and huge ones (1e30) NaN rows under the sm_90 model (the fused
+    x*c - m left the max score the product's rounding error, 2^(~1e24) = inf; huge rows
+    now take a power-of-two multiplier, gpu/kernels/fused.py _raw_max_step); |scale| >
     gpu.plan.MAX_SCALE is a ValueError (tests/test_bad_inputs.py)."""
     q, k, v = inputs(1, 2, 2, 20, 20, 16, seed=13)
     check(kernel, q, k, v, scale=scale)

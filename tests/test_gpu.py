@@ -135,6 +135,35 @@ def test_zero_and_negative_scales(scale):
         assert rel(out, ref64(q, k, v, scale=scale, causal=causal)) <= GATES["fp16"]
 
 
+def _extreme_cases():
+    """(name, q, k, v, scale): logits far outside training ranges, for the fused kernel's
+    RAW_MAX path (gpu/kernels/fused.py, _raw_max_step), on the GPU and in the simulator."""
+    q, k, v = make(1, 2, 2, 40, 70, 64, seed=5)
+    yield "scale 1e30 (every row huge)", q, k, v, 1e30
+    yield "scale 300 (logits ~1e3..1e4)", q, k, v, 300.0
+    # rows whose max crosses |m * c| = 2^24 between the two key tiles (logit = 64 * k * 250;
+    # as in tests/test_edge_cases.py, scaled to 64-wide tiles)
+    for name, lo, hi, win in (("up", 693.0, 0.0, 736.0), ("down", -2500.0, 62.0, 65.0)):
+        q, k, v = make(1, 1, 1, 64, 128, 64, seed=21)
+        q.fill_(1.0)
+        k[:, :, :64], k[:, :, 64:] = lo, hi
+        k[:, :, 69] = win
+        yield f"switching {name}", q, k, v, 250.0
+
+
+def test_extreme_logits_bit_identical_to_the_simulator():
+    from spak.simrun import simulate_fmha
+    for name, q, k, v, scale in _extreme_cases():
+        for causal in (False, True):
+            out = spak.fmha(q, k, v, scale=scale, is_causal=causal, kernel="fused",
+                            tiles={"TILE_M": 64, "TILE_N": 64})
+            sim, _ = simulate_fmha("fused", q.cpu().numpy(), k.cpu().numpy(),
+                                   v.cpu().numpy(), scale=scale, causal=causal,
+                                   tiles=(64, 64), model="sm_90")
+            assert torch.isfinite(out).all(), name
+            assert torch.equal(out.cpu(), torch.from_numpy(sim)), (name, causal)
+
+
 def test_non_contiguous_inputs_and_zero_sizes():
     q, k, v = make(1, 4, 4, 256, 256, 64)
     qt = q.transpose(1, 2).contiguous().transpose(1, 2)          # non-contiguous view

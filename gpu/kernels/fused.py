@@ -34,12 +34,15 @@ ConstBool = ct.Constant[bool]
 @ct.kernel(occupancy=ct.ByTarget(sm_90=2))
 def fmha_fwd_kernel(Q, K, V, Out, Mask,
                     scale: float,            # softmax scale (float32 on the GPU), any finite
+                    scale_log2_pow2: float,  # RAW_MAX only: a power of two in (c/2, c],
+                                             # c = scale*log2(e) (gpu.plan.raw_max_args)
                     HEAD_DIM: ConstInt,      # tile width of D (power of two >= Q's D)
                     HEAD_DIM_V: ConstInt,    # tile width of Dv (power of two >= V's Dv)
                     TILE_M: ConstInt,        # query rows per block
                     TILE_N: ConstInt,        # keys per inner-loop step
                     CAUSAL: ConstBool,
                     HAS_MASK: ConstBool,
+                    RAW_MAX: ConstBool,      # scale > 0 and no mask: the FFMA form (below)
                     LAT_K: ConstInt = 0,     # DRAM latency hint for K loads, 1..10; 0: compiler
                     LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
     bid_m = ct.bid(0)
@@ -49,8 +52,9 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
         # blocks start early and the short ones fill the last wave's gaps.
         bid_m = ct.num_blocks(0) - 1 - bid_m
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
-    _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V)
+    _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_m,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
+                    LAT_K, LAT_V)
 
 
 def _head_coords(bid_bh, Q, K):
@@ -69,8 +73,9 @@ def _head_coords(bid_bh, Q, K):
 # --------------------------------------------------------------------------------------
 # One block: load Q once, stream K/V tiles, normalise, store.
 # --------------------------------------------------------------------------------------
-def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
-                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, LAT_K, LAT_V):
+def _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_m,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
+                    LAT_K, LAT_V):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
@@ -78,14 +83,15 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
 
     # scale and log2(e) folded into one multiplier c: scores live in log2 units,
     # s = (Q K^T * scale + M) * log2(e), so exp2(s - max) is the softmax numerator.
-    # The scores are scaled (and rounded) BEFORE the row max, so the max score gives
-    # exp2(s - m) = exp2(0) = 1 exactly. The tempting `x * c - m` on raw scores (max taken
-    # raw) is one FFMA, but the GPU fuses it: the max score then gives 2^(x*c - fl(x*c)),
-    # the product's rounding error, which overflows to inf (NaN rows) once |x*c| is past
-    # ~2^31 (tests/test_edge_cases.py, scale 1e30). It is ~6% faster on an H100; guarding
-    # it (a re-run for blocks with huge logits, in-kernel or as a second launch) cost as
-    # much as it saved (docs/perf-notes.md, v5), so the general form is the only one.
+    # General path (any scale, masks): scores are scaled (and rounded) BEFORE the row max.
+    # RAW_MAX path (scale > 0, no mask): the max is taken on the raw scores x and the
+    # exponent `x * c - mb` is one FFMA per score instead of FMUL + FADD (~6% faster on an
+    # H100, docs/perf-notes.md). See _raw_max_step for why it is safe for huge logits.
     qk_scale_log2 = scale * LOG2E
+    # RAW_MAX: raw row maxima with |m| >= huge_max are huge (|m| * c >= HUGE_ROW), see
+    # _raw_max_step. A threshold, so the fast approximate division does (once per block).
+    huge_max = ct.truediv(HUGE_ROW, qk_scale_log2, flush_to_zero=True,
+                          rounding_mode=ct.RoundingMode.APPROX)
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
@@ -116,7 +122,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     mask_h = min(h, Mask.shape[1] - 1)
 
     # ---- online softmax state (float32) -----------------------------------------------
-    m_i = ct.full((TILE_M, 1), NEG_INF, dtype=ct.float32)   # running max, log2 units
+    m_i = ct.full((TILE_M, 1), NEG_INF, dtype=ct.float32)   # running max (log2 units,
+                                                            # raw scores if RAW_MAX)
     l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)       # running sum of exp2
     acc = ct.full((TILE_M, HEAD_DIM_V), 0.0, dtype=ct.float32)
 
@@ -124,21 +131,23 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
     # body without control flow is what the compiler pipelines best.
     for j in range(0, min(mask_from, num_tiles)):
         qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K)
-        m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
-                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
+        m_i, l_i, acc = _online_softmax_step(
+            qk, m_i, l_i, acc, V, b, kv_h, j, (qk_scale_log2, scale_log2_pow2, huge_max),
+            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
     for j in range(mask_from, num_tiles):
         # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
         # the diagonal get -inf, i.e. probability exactly 0.
         qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K)
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
         key_pos = j * TILE_N + key_offs                     # [1, TN]
         keep = key_pos < seq_k
         if CAUSAL:
             keep = keep & (key_pos <= q_pos)                # [TM, TN]
         qk = ct.where(keep, qk, NEG_INF)
-        m_i, l_i, acc = _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j,
-                                             TILE_N, HEAD_DIM_V, Q.dtype, LAT_V)
+        m_i, l_i, acc = _online_softmax_step(
+            qk, m_i, l_i, acc, V, b, kv_h, j, (qk_scale_log2, scale_log2_pow2, huge_max),
+            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -153,14 +162,17 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, b, h, kv_h, bid_m,
 
 
 def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, LAT_K):
-    """Scores of key tile j in log2 units: (Q K^T * scale + M) * log2(e), float32 [TM, TN]."""
+            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K):
+    """Scores of key tile j, float32 [TM, TN]: in log2 units, (Q K^T * scale + M) * log2(e),
+    or raw Q K^T if RAW_MAX (scaled inside the exponent's FFMA, _raw_max_step)."""
     k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
                   order=(0, 1, 3, 2),                # K^T via the load's axis order
                   padding_mode=ct.PaddingMode.ZERO,
                   latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
     qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
-    qk = ct.mma(q, k_t, qk) * c                      # tensor cores, float32 accumulation
+    qk = ct.mma(q, k_t, qk)                          # tensor cores, float32 accumulation
+    if not RAW_MAX:
+        qk = qk * c
     if HAS_MASK:
         m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j),
                          shape=(1, 1, TILE_M, TILE_N),
@@ -169,16 +181,18 @@ def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
     return qk
 
 
-def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
-                         TILE_N, HEAD_DIM_V, in_dtype, LAT_V):
-    """Fold one key tile of scores ``s`` [TM, TN] (log2 units) into (m_i, l_i, acc)."""
-    m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
-    # A row with every key masked so far has m_new == -inf; subtracting it would give
-    # exp2(-inf - -inf) = NaN. Subtract 0 instead: its scores are -inf, so p == 0.
-    m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
-
-    p = ct.exp2(s - m_safe, flush_to_zero=True)                         # [TM, TN]
-    alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)                   # rescale old state
+def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
+                         TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V):
+    """Fold one key tile of scores ``s`` [TM, TN] into (m_i, l_i, acc)."""
+    if RAW_MAX:
+        m_new, p, alpha = _raw_max_step(s, m_i, *multipliers)
+    else:
+        m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True))
+        # A row with every key masked so far has m_new == -inf; subtracting it would give
+        # exp2(-inf - -inf) = NaN. Subtract 0 instead: its scores are -inf, so p == 0.
+        m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
+        p = ct.exp2(s - m_safe, flush_to_zero=True)                     # [TM, TN]
+        alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)               # rescale old state
     l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
 
     # P V on the tensor cores: P rounded to the input dtype, accumulation stays float32.
@@ -190,3 +204,38 @@ def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j,
     # Keep the true max (possibly -inf), not m_safe: a later finite tile must rescale
     # against its own max, not against the placeholder 0.
     return m_new, l_i, acc
+
+
+# Rows whose |max score| * c reaches this (log2 units) take the power-of-two multiplier.
+HUGE_ROW = 2.0 ** 24
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _raw_max_step(x, m_i, c, c_pow2, huge_max):
+    """(m_new, p, alpha) for raw scores x [TM, TN]: p = exp2(x * c_row - mb), one FFMA each.
+
+    The GPU fuses `x * c - mb` into one FFMA, so the product is exact and mb = fl(m * c)
+    is not: for the max score x = m the exponent is m*c - fl(m*c), the product's rounding
+    error, at most ulp(m*c)/2. Below HUGE_ROW that is <= 0.5: p <= 1.41, harmless (one
+    offset per row, it cancels in acc / l). Past ~2^31 it would overflow exp2 to inf and
+    give NaN rows. Rows at or past HUGE_ROW therefore use c_row = c_pow2, a power of two
+    within 2x of c: x * c_pow2 and m * c_pow2 are exact, the max score gets exp2(0) = 1 and
+    nothing overflows. Their temperature differs from c by < 2x, on rows where float32
+    scores are already >= 1 log2 unit apart (the rounding of Q K^T alone moves exp2 by
+    >= 2x there).
+
+    alpha rescales the old state with the NEW multiplier, exp2(m_i * c_row - mb) (one FFMA):
+    m_i <= m_new keeps it <= 1.41 however the row's multiplier changed. It differs from
+    the old offset's exp2(fl(m_i * c) - mb) by the rounding error of fl(m_i * c), the same
+    size as the general path's rounding of every scaled score. Per-row work is kept to a
+    few ops: it runs once per row and key tile, against one FFMA saved per score.
+    """
+    m_new = ct.maximum(m_i, ct.max(x, axis=-1, keepdims=True))     # raw units, [TM, 1]
+    # Huge rows take the power of two; -inf (no key seen yet) counts as huge, stays -inf.
+    c_row = ct.where(ct.abs(m_new) >= huge_max, c_pow2, c)
+    # A row that has seen no key (every x is -inf) gets a finite offset, so that
+    # x * c_row - mb is -inf (p == 0) rather than -inf + inf = NaN.
+    mb = ct.maximum(m_new * c_row, -FLOAT32_MAX)
+    p = ct.exp2(x * c_row - mb, flush_to_zero=True)                    # FFMA + EX2
+    alpha = ct.exp2(m_i * c_row - mb, flush_to_zero=True)              # FFMA + EX2
+    return m_new, p, alpha
