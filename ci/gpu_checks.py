@@ -3,7 +3,7 @@ and one shape past 2^31 elements (64-bit indexing, issue 8). One process, one GP
 
     source .carry/setup.sh && python ci/gpu_checks.py --out $OUT [--fuzz 200] [--big]
 
-* tuned-vs-default: every standard shape (fp16), spak.fmha with the tuned-config store vs
+* tuned-vs-default: every standard shape (--dtype: fp16, bf16 or all), spak.fmha with the tuned-config store vs
   spak.fmha with the default tiles, timed alternately in the same process, plus SDPA cuDNN.
 * fuzz: N random valid problems (batch, GQA group, Sq != Sk, S not a tile multiple, D,
   fp16/bf16, causal, additive/bool masks with fully masked rows, scales incl. 0 and < 0)
@@ -83,9 +83,10 @@ def tuned_vs_default(out_dir, args):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     emit = _writer(out_dir / "tuned-vs-default.jsonl")
     rows = []
-    for spec in select_cases(["standard"], dtype="fp16", causal="both"):
+    for spec in select_cases(["standard"], dtype=args.dtype, causal="both"):
         g = torch.Generator(device="cuda").manual_seed(spec.Sq * 7 + spec.D + spec.causal)
-        sets = [tuple(torch.randn(sh, device="cuda", dtype=torch.float16, generator=g)
+        dt = torch.float16 if spec.dtype == "fp16" else torch.bfloat16
+        sets = [tuple(torch.randn(sh, device="cuda", dtype=dt, generator=g)
                       for sh in (spec.q_shape, spec.kv_shape, spec.kv_shape)) for _ in range(3)]
         dflt = default_tiles(spec.D, "sm_90", spec.causal)
         fns = {
@@ -111,10 +112,15 @@ def tuned_vs_default(out_dir, args):
               f"tuned/default {row['tuned_over_default']:.3f}  tuned/cuDNN "
               f"{row['tuned_over_cudnn']:.3f}", flush=True)
         del sets
-    worst = min(r["tuned_over_default"] for r in rows)
-    gm = math.exp(sum(math.log(r["tuned_over_cudnn"]) for r in rows) / len(rows))
-    print(f"tuned vs default: worst {worst:.3f} over {len(rows)} shapes; "
-          f"tuned/cuDNN geometric mean {gm:.3f}")
+    for dtype in sorted({r["case"].split("/")[1] for r in rows}):
+        mine = [r for r in rows if r["case"].split("/")[1] == dtype]
+        worst = min(r["tuned_over_default"] for r in mine)
+        ratios = [r["tuned_over_cudnn"] for r in mine]
+        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"{dtype}: tuned vs default: worst {worst:.3f} over {len(mine)} shapes; "
+              f"tuned/cuDNN geometric mean {gm:.3f} ({min(ratios):.3f} .. {max(ratios):.3f}), "
+              f">= 1.0 on {sum(x >= 1.0 for x in ratios)}, >= 1.05 on "
+              f"{sum(x >= 1.05 for x in ratios)}")
 
 
 def fuzz(out_dir, n, seed=2026):
@@ -234,6 +240,8 @@ def main():
     ap.add_argument("--fuzz", type=int, default=200)
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--skip-tuned", action="store_true")
+    ap.add_argument("--dtype", choices=("fp16", "bf16", "all"), default="fp16",
+                    help="tuned-vs-default input dtype(s) (default fp16)")
     ap.add_argument("--seed-graphs", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
