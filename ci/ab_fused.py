@@ -9,8 +9,9 @@ a peer that is a copy of the current file measures the run's noise.
 For each standard shape (fp16) every provider runs the same tile config (the tuned store's
 entry for --store-gpu, else the default) on the same rotating inputs, alternating, twice;
 the best median counts. A peer's arguments are ours matched by parameter name; a peer with
-a RAW_MAX parameter (the FFMA fast path, dropped in aafbfa8) runs it, and --general NAME
-also runs that peer with RAW_MAX=False. Peers whose output differs from ours bit for bit
+a RAW_MAX parameter (the FFMA fast path: in 3243cd4, dropped in aafbfa8, back with a guard
+for huge logits in 2afcd18) gets ours, and --general NAME also runs that peer with
+RAW_MAX=False. Peers whose output differs from ours bit for bit
 are named (expected only for a different arithmetic). Prints ratios per shape and
 geometric means.
 """
