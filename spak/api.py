@@ -254,22 +254,27 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return out
     if Sk == 0 or k.shape[1] == 0:
         return out.zero_()                     # no keys: every row is fully masked
-    # Any finite scale goes to the kernels as is: they scale the scores before the
-    # row max, so 0 (uniform weights plus mask) and negative scales need no rewrite.
+    # Any finite scale goes to the kernels as is: gpu.plan.raw_max_args sends 0, negative
+    # and masked problems to the fused kernel's general path (scores scaled before the max).
     mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
-    with torch.cuda.device(q.device):
-        try:
-            tiles = {"TILE_M": tile_m, "TILE_N": tile_n}
-            if kernel == "fused":
-                tiles.update(LAT_K=lat_k, LAT_V=lat_v)
+    tiles = {"TILE_M": tile_m, "TILE_N": tile_n}
+    if kernel == "fused":
+        tiles.update(LAT_K=lat_k, LAT_V=lat_v)
+    hints = {"occupancy": occupancy or None, "num_ctas": num_ctas or None}
+    try:
+        if q.device.index == torch.cuda.current_device():
+            # the common case; the device guard costs ~5 us of host time per call
             fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
-                      tiles=tiles, hints={"occupancy": occupancy or None,
-                                          "num_ctas": num_ctas or None})
-        except Exception as exc:
-            from spak import gpu_env
-            if gpu_env.is_compile_error(exc):
-                raise gpu_env.explain(exc, arch=device_arch(q.device)) from exc
-            raise
+                      tiles=tiles, hints=hints)
+        else:
+            with torch.cuda.device(q.device):   # launch (and pick the stream) on q's GPU
+                fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
+                          tiles=tiles, hints=hints)
+    except Exception as exc:
+        from spak import gpu_env
+        if gpu_env.is_compile_error(exc):
+            raise gpu_env.explain(exc, arch=device_arch(q.device)) from exc
+        raise
     return out
 
 
