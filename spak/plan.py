@@ -365,6 +365,29 @@ _VARIANT = {"dtype", "head_dim", "causal", "mask", "tiles"}
 _SWEEP = {"TILE_M", "TILE_N", "occupancy", "num_ctas", "max_tile", "knobs", "note"}
 
 
+def _sim_agreement(v: _V, path, x):
+    """A fraction in [0, 1] for every arch, or a table {arch: fraction}: each arch's
+    simulator model is calibrated separately (sm_90 measured bit-exact, sm_120 not yet)."""
+    from spak.archs import ARCHS
+    if not isinstance(x, dict):
+        return v.number(path, x, 0.0, 1.0)
+    out = {}
+    for arch, val in x.items():
+        if arch not in ARCHS:
+            v.err(f"{path}.{arch}", f"unknown arch {arch!r}; known archs: {', '.join(ARCHS)}")
+            continue
+        n = v.number(f"{path}.{arch}", val, 0.0, 1.0)
+        if n is not None:
+            out[arch] = n
+    return out
+
+
+def sim_agreement_for(gate, arch: str) -> float:
+    """The sim_agreement threshold for ``arch``: a table's entry (0 when the arch is not
+    listed: measured and recorded only), or the one number for every arch."""
+    return gate.get(arch, 0.0) if isinstance(gate, dict) else gate
+
+
 def _rel_l2(v: _V, path, x):
     t = v.table(path, x, set(DTYPES))
     if t is None:
@@ -652,7 +675,7 @@ def _gpu_gates(v: _V, path, raw, kind, targets) -> dict:
     if "nonfinite" in b:
         out["nonfinite"] = v.integer(f"{path}.nonfinite", b["nonfinite"], 0)
     if "sim_agreement" in b:
-        out["sim_agreement"] = v.number(f"{path}.sim_agreement", b["sim_agreement"], 0.0, 1.0)
+        out["sim_agreement"] = _sim_agreement(v, f"{path}.sim_agreement", b["sim_agreement"])
     if "timed_shapes" in b:
         out["timed_shapes"] = v.lst(f"{path}.timed_shapes", b["timed_shapes"],
                                     lambda p, x: _check_shape(v, p, x))

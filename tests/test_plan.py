@@ -459,6 +459,33 @@ def test_gpu_rows_are_judged(tiny, tmp_path):
     assert "0.9700" in by["Correctness (simulator agrees with GPU)"]["measured"]
 
 
+def test_sim_agreement_per_arch(tiny, tmp_path, real_doc):
+    """A {arch: fraction} table gates each arch on its own model's figure; archs it does not
+    list are recorded only; unknown archs and fractions outside [0, 1] are refused."""
+    doc = tomllib.loads(tiny.read_text())
+    doc["steps"][1]["gates"]["gpu"]["sim_agreement"] = {"sm_90": 1.0, "sm_120": 0.0}
+    plan = parse_plan(doc)
+    runner = PlanRunner(plan, out_dir=tmp_path, log=lambda m: None,
+                        gpu_info={"present": True, "arch": "sm_90", "profile": "h100-sxm"})
+    rows = [_run_row("1x2x17x64/fp16/causal", provider="spak-naive")]   # 0.97 bit-identical
+    for arch, status in (("sm_90", FAIL), ("sm_120", PASS), ("sm_89", PASS)):
+        runner.gates.clear()
+        runner.judge_gpu_rows(plan.step("naive"), arch, rows)
+        g = [g for g in runner.gates if g["metric"].startswith("Correctness")][0]
+        assert g["status"] == status, (arch, g)
+        assert g["goal"].endswith(">= 1" if arch == "sm_90" else ">= 0")
+    runner.gates.clear()
+    rows[0]["sim"] = {"fraction_bit_identical": 1.0, "max_ulp": 0}
+    runner.judge_gpu_rows(plan.step("naive"), "sm_90", rows)
+    assert [g for g in runner.gates if g["metric"].startswith("Correctness")][0]["status"] == PASS
+
+    bad = copy.deepcopy(real_doc)
+    bad["steps"][1]["gates"]["gpu"]["sim_agreement"] = {"sm_91": 1.0, "sm_90": 1.5}
+    errs = errors_of(bad)
+    assert any("sim_agreement.sm_91: unknown arch" in e for e in errs)
+    assert any("sim_agreement.sm_90: 1.5 is out of range" in e for e in errs)
+
+
 def test_unverified_floor_is_advisory(tiny, tmp_path):
     plan = load_plan(tiny)
     runner = PlanRunner(plan, out_dir=tmp_path, log=lambda m: None,
