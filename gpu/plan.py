@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 import cuda.tile as ct
 
 from .kernels import fused as _fused
+from .kernels.common import FLOAT32_MAX, LOG2E
 from .kernels import naive as _naive
 
 KERNELS = ("fused", "naive")
@@ -283,8 +284,6 @@ def _check_int(name, value, lo, hi) -> int:
 
 
 #: The kernels take scale as a float32 and work with scale * log2(e) in float32.
-FLOAT32_MAX = 3.4028234663852886e38
-LOG2E = 1.4426950408889634
 FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 MAX_SCALE = FLOAT32_MAX / LOG2E / 2          # |scale| above this: scale*log2(e) ~ overflow
 

@@ -10,3 +10,4 @@ import math
 # GPU's native transcendental (one MUFU.EX2), and the scale folds into the same multiply.
 LOG2E = 1.4426950408889634  # 1 / ln(2)
 NEG_INF = -math.inf
+FLOAT32_MAX = 3.4028234663852886e38

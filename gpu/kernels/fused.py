@@ -19,7 +19,7 @@ the one-key-tile step of the online softmax.
 """
 import cuda.tile as ct
 
-from .common import LOG2E, NEG_INF
+from .common import FLOAT32_MAX, LOG2E, NEG_INF
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -208,7 +208,6 @@ def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
 
 # Rows whose |max score| * c reaches this (log2 units) take the power-of-two multiplier.
 HUGE_ROW = 2.0 ** 24
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _raw_max_step(x, m_i, c, c_pow2, huge_max):
@@ -220,9 +219,9 @@ def _raw_max_step(x, m_i, c, c_pow2, huge_max):
     offset per row, it cancels in acc / l). Past ~2^31 it would overflow exp2 to inf and
     give NaN rows. Rows at or past HUGE_ROW therefore use c_row = c_pow2, a power of two
     within 2x of c: x * c_pow2 and m * c_pow2 are exact, the max score gets exp2(0) = 1 and
-    nothing overflows. Their temperature differs from c by < 2x, on rows where float32
-    scores are already >= 1 log2 unit apart (the rounding of Q K^T alone moves exp2 by
-    >= 2x there).
+    nothing overflows. Their temperature differs from c by < 2x, on rows where adjacent
+    float32 scores are already >= 1 log2 unit apart (the rounding of Q K^T alone moves a
+    weight by up to 2^0.5 there).
 
     alpha rescales the old state with the NEW multiplier, exp2(m_i * c_row - mb) (one FFMA):
     m_i <= m_new keeps it <= 1.41 however the row's multiplier changed. It differs from
