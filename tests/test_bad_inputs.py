@@ -290,6 +290,30 @@ def test_scale_bound_is_the_same_in_spak_fmha_and_the_plan():
     api.validate(q, q, q, scale=1e30, require_cuda=False)           # large but representable
 
 
+@pytest.mark.parametrize("scale", [0.125, 1 / 11.3, 1.0, 0.5 / 1.4426950408889634, 1e30,
+                                   3e-38, 1e6])
+def test_raw_max_multiplier_is_a_power_of_two_within_2x_of_c(scale):
+    """The fused kernel's fast path: c = fl32(fl32(scale) * fl32(log2 e)) as the GPU forms
+    it, and the huge-row multiplier 2^k with c/2 < 2^k <= c (gpu/kernels/fused.py)."""
+    import math
+    import numpy as np
+    from gpu.plan import raw_max_args
+    raw, c_pow2 = raw_max_args(scale, has_mask=False)
+    c = float(np.float32(np.float32(scale) * np.float32(1.4426950408889634)))
+    assert raw
+    assert c / 2 < c_pow2 <= c
+    assert math.frexp(c_pow2)[0] == 0.5                     # a power of two
+    assert raw_max_args(scale, has_mask=True) == (False, 1.0)   # masks: the general path
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.0, -0.125, -1e30, 1e-46, 1e-40, 8e-39])
+def test_zero_negative_and_subnormal_scales_take_the_general_path(scale):
+    """max(x * c) == max(x) * c needs c > 0, and a c that is subnormal in float32 is 0 on
+    the GPU (flush to zero): -inf * 0 = NaN for masked keys."""
+    from gpu.plan import raw_max_args
+    assert raw_max_args(scale, has_mask=False) == (False, 1.0)
+
+
 def test_every_single_field_mutation_of_the_plan_is_a_plan_error():
     """plans/fmha.toml with any one value replaced by a wrong type or value, or deleted:
     parse_plan either accepts it or raises PlanError listing the problem; never another
