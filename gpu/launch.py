@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from .plan import Launch, plan_fmha
 
-__all__ = ["torch_alloc", "plan_torch", "run", "fmha_into"]
+__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "fmha_into"]
 
 
 def torch_alloc(like):
@@ -54,6 +54,22 @@ def run(launches: Sequence[Launch], stream=None) -> None:
         ct.launch(stream, L.grid, L.kernel, L.args)
 
 
+def current_raw_stream():
+    """Torch's current stream on the current device, as the raw pointer ct.launch accepts.
+
+    torch.cuda.current_stream() builds a Stream object through Python device-index lookups
+    on every call; the private getter torch's own generated code uses returns the int
+    directly (a small part of an eager call's ~80-150 us of host time: within the noise of
+    results/host-profile-h100-2026-11-22). Falls back to the public call if a torch version
+    lacks it.
+    """
+    import torch
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if getter is None:
+        return torch.cuda.current_stream()
+    return getter(torch.cuda.current_device())
+
+
 def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
               scale: Optional[float] = None, tiles: Optional[dict] = None, hints=None,
               stream=None):
@@ -86,17 +102,3 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
 
 _FUSED_PLANS: dict = {}
 
-
-def current_raw_stream():
-    """Torch's current stream on the current device, as the raw pointer ct.launch accepts.
-
-    torch.cuda.current_stream() builds a Stream object through device-index lookups, ~5 us
-    of the ~80 us an eager spak.fmha call spends on the host (ci/host_profile.py); the
-    private getter torch's own generated code uses returns the int directly. Falls back to
-    the public call if a torch version lacks it.
-    """
-    import torch
-    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if getter is None:
-        return torch.cuda.current_stream()
-    return getter(torch.cuda.current_device())
