@@ -101,4 +101,3 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
 
 
 _FUSED_PLANS: dict = {}
-

@@ -21,8 +21,8 @@ from typing import Any, Callable, Optional
 import cuda.tile as ct
 
 from .kernels import fused as _fused
-from .kernels.common import FLOAT32_MAX, LOG2E
 from .kernels import naive as _naive
+from .kernels.common import FLOAT32_MAX, LOG2E
 
 KERNELS = ("fused", "naive")
 INPUT_DTYPES = ("float16", "bfloat16")
@@ -298,8 +298,9 @@ def raw_max_args(scale: float, has_mask: bool) -> tuple[bool, float]:
     RAW_MAX (row max on raw scores, one FFMA per exponent) needs max(x * c) == max(x) * c,
     so c = scale * log2(e) > 0, and no mask (a mask is added after scaling). c must also
     be a NORMAL float32: a subnormal c is 0 on the GPU (flush to zero) and -inf * 0 = NaN
-    for masked keys; so must scale_log2_pow2 >= c/2, hence c >= 2 * the smallest normal. scale_log2_pow2 is the power of two in (c/2, c] that the kernel uses
-    for rows with huge scores (gpu/kernels/fused.py, _raw_max_step); 1.0 when unused.
+    for masked keys; so must scale_log2_pow2 >= c/2, hence c >= 2 * the smallest normal.
+    scale_log2_pow2 is the power of two in (c/2, c] that the kernel uses for rows with
+    huge scores (gpu/kernels/fused.py, _raw_max_step); 1.0 when unused.
     """
     c = _float32(_float32(scale) * _float32(LOG2E))   # exact product, then rounded once
     if has_mask or not c >= 2 * FLOAT32_MIN_NORMAL:

@@ -28,6 +28,7 @@ implementation), so ``torch.compile`` graphs can hold it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
@@ -261,15 +262,14 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if kernel == "fused":
         tiles.update(LAT_K=lat_k, LAT_V=lat_v)
     hints = {"occupancy": occupancy or None, "num_ctas": num_ctas or None}
+    # launch (and pick the stream) on q's GPU; when it is the current one (the common
+    # case) skip the guard's device switch and switch back
+    guard = (contextlib.nullcontext() if q.device.index == torch.cuda.current_device()
+             else torch.cuda.device(q.device))
     try:
-        if q.device.index == torch.cuda.current_device():
-            # the common case: skip the guard's device switch and switch back
+        with guard:
             fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
                       tiles=tiles, hints=hints)
-        else:
-            with torch.cuda.device(q.device):   # launch (and pick the stream) on q's GPU
-                fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
-                          tiles=tiles, hints=hints)
     except Exception as exc:
         from spak import gpu_env
         if gpu_env.is_compile_error(exc):

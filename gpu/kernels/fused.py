@@ -92,6 +92,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_
     # _raw_max_step. A threshold, so the fast approximate division does (once per block).
     huge_max = ct.truediv(HUGE_ROW, qk_scale_log2, flush_to_zero=True,
                           rounding_mode=ct.RoundingMode.APPROX)
+    multipliers = (qk_scale_log2, scale_log2_pow2, huge_max)    # for _raw_max_step
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
@@ -133,7 +134,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_
         qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
                      HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
         m_i, l_i, acc = _online_softmax_step(
-            qk, m_i, l_i, acc, V, b, kv_h, j, (qk_scale_log2, scale_log2_pow2, huge_max),
+            qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
             TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
     for j in range(mask_from, num_tiles):
         # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
@@ -146,7 +147,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_
             keep = keep & (key_pos <= q_pos)                # [TM, TN]
         qk = ct.where(keep, qk, NEG_INF)
         m_i, l_i, acc = _online_softmax_step(
-            qk, m_i, l_i, acc, V, b, kv_h, j, (qk_scale_log2, scale_log2_pow2, huge_max),
+            qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
             TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
 
     # ---- normalise and store ----------------------------------------------------------
