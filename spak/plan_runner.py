@@ -135,17 +135,12 @@ def _rel(path) -> str:
 
 
 def read_jsonl(paths) -> list[dict]:
-    rows = []
+    """Every row of the files (a .gz name is read through gzip); a torn line is skipped."""
+    from spak.sweep import read_results
     for p in paths:
-        # undecodable bytes (a corrupt file) become U+FFFD: that line fails to parse
-        for line in Path(p).read_text(encoding="utf-8", errors="replace").splitlines():
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass             # a torn last line of a killed run
-    return rows
+        if not Path(p).is_file():            # a missing file is the caller's error
+            raise FileNotFoundError(f"no such results file: {p}")
+    return [r for p in paths for r in read_results(p)]
 
 
 def recorded_gpu_info(rows: list[dict], files) -> dict:

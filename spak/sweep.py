@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import gzip
 import itertools
 import json
 import math
@@ -262,7 +263,7 @@ def _spec_bits(shape, elem_bytes: int) -> str:
     by 16 (d), stride 16-byte divisible (s), stride 1 (1); e.g. "ds.ds.ds.d-1". An extent
     of 1 is its own class ("u"): torch hands such a dimension over with a normalised
     stride, and on an H200 B=1 compiled a cubin of its own where B=2, 4, 8 shared one
-    (results/run-nvidia-h200-2026-11-22.jsonl, first_call_s)."""
+    (results/run-nvidia-h200-2026-11-22.jsonl.gz, first_call_s)."""
     out, stride = [], 1
     for d in reversed(shape):
         if d == 1:
@@ -326,12 +327,15 @@ def plan_jobs(kernel: str, specs, configs, *, arch: str = "sm_90", default: bool
 
 def read_results(path, *, warn=None) -> list[dict]:
     """Every JSON object line of a results file; a torn or corrupt line (a kill in the
-    middle of a write) is skipped with a warning. A missing file is empty."""
+    middle of a write) is skipped with a warning. A missing file is empty. A name ending
+    in .gz is read through gzip (committed results are kept compressed: the tree travels
+    to the GPU machine under a size limit)."""
     p = Path(path)
     if not p.exists():
         return []
     rows = []
-    with open(p, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:

@@ -638,3 +638,16 @@ def test_at_least_thirty_new_cases():
     n = (len(SIM_CASES) + len(FMHA_CASES) + len(PLAN_CASES) + len(CLI_CASES)
          + len(CORRUPT_TAILS) + len(STORE_CASES))
     assert n >= 30, n
+
+
+def test_results_read_through_gzip_match_the_plain_file(tmp_path):
+    # committed results are kept as .jsonl.gz; report and store update must read them
+    import gzip
+    plain = tmp_path / "r.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in GOOD_ROWS))
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert sweep.read_results(packed) == sweep.read_results(plain) == GOOD_ROWS
+    assert store.update_store([packed], tmp_path / "store.json")
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 2048,
+                        path=tmp_path / "store.json") == {"TILE_M": 128, "TILE_N": 64}

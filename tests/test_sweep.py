@@ -93,7 +93,7 @@ def test_jobs_order_and_compile_units():
     assert {j.provider for j in jobs[48:72]} == {"spak-fused-default"}
     assert len({j.key for j in jobs}) == len(jobs)
     # one cubin per (variant, D, causal, batch class): B = 32, 16 | B = 8, 4, 2 | B = 1 -- as
-    # the compiles (first_call_s) of results/run-nvidia-h200-2026-11-22.jsonl showed
+    # the compiles (first_call_s) of results/run-nvidia-h200-2026-11-22.jsonl.gz showed
     units = {j.unit["unit_id"] for j in jobs if j.unit}
     assert len(units) == 9 * 2 * 2 * 3
     by_case = {j.case: j.unit["unit_id"] for j in jobs if j.config_id == "64x64/o1/c1"}
