@@ -15,7 +15,10 @@ For every selected kernel and shape:
   the L2 cache does not flatter small shapes; never zeros), median and spread; TFLOPS from
   ProblemSpec.flops and percent of an fp16 8192^3 torch.matmul ceiling measured in the same
   run; PyTorch SDPA's flash, cuDNN and efficient backends timed on the same inputs (a
-  backend that refuses a shape is recorded as skipped).
+  backend that refuses a shape is recorded as skipped). All providers of a shape are
+  checked first, then timed in turns (time_turns: forward, backward and shuffled order,
+  each provider's best turn), since whichever is timed first after a pause runs a few %
+  fast; a row's "timing" says "in turns" or "alone".
 
 Output: a table (or --json), and one JSON line per (shape, provider) appended to --out as
 it finishes (fsync'd: a killed run keeps every finished row). Each row records the GPU,
@@ -197,29 +200,38 @@ def time_events(fn, n_sets: int, *, warmup: int = 3, min_runs: int = 10, max_run
     return stats([a.elapsed_time(b) for a, b in zip(starts, ends)])
 
 
-def time_alternating(fns: dict, spin, seed: int, *, reps: int = 3,
-                     target_s: float = 0.12) -> dict:
-    """Best median ms of each provider fn(i) (i over 3 input sets), timed in turns.
+def time_turns(fns: dict, spin, seed: int, *, n_sets: int = 3, reps: int = 3,
+               target_s: float = 0.12, spin_s: float = 1.0) -> dict:
+    """Timing stats (time_events) of each provider fn(i), i over n_sets input sets, timed
+    in turns; per provider the turn with the lowest median counts.
 
     The provider timed first after a pause runs a few % fast (GPU cool, clocks high; two
     copies of one kernel measured 5% apart, results/ab-h100-2026-11-22): so spin the GPU
-    with ``spin(0)`` for 1 s, then time every provider in forward, backward and shuffled
+    with ``spin(0)`` for ``spin_s`` seconds, then time every provider in forward, backward and shuffled
     order (``seed`` fixes the shuffle). Compile (call each fn once) before this."""
     import random
     import torch
     t0 = time.time()
-    while time.time() - t0 < 1.0:
+    while time.time() - t0 < spin_s:
         spin(0)
     torch.cuda.synchronize()
-    res: dict = {}
+    best: dict = {}
     order = list(fns)
     for rep in range(reps):
         seq = order if rep == 0 else order[::-1] if rep == 1 else \
             random.Random(seed + rep).sample(order, len(order))
         for name in seq:
-            res.setdefault(name, []).append(time_events(fns[name], 3, target_s=target_s)
-                                            ["ms_median"])
-    return {k: min(v) for k, v in res.items()}
+            st = time_events(fns[name], n_sets, target_s=target_s)
+            if name not in best or st["ms_median"] < best[name]["ms_median"]:
+                best[name] = st
+    return best
+
+
+def time_alternating(fns: dict, spin, seed: int, *, reps: int = 3,
+                     target_s: float = 0.12) -> dict:
+    """Best median ms of each provider fn(i) (i over 3 input sets): time_turns' medians."""
+    return {k: st["ms_median"] for k, st in
+            time_turns(fns, spin, seed, reps=reps, target_s=target_s).items()}
 
 
 def matmul_ceiling(n: int = 8192, runs: int = 20) -> dict:
@@ -501,6 +513,11 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
         emit(row)
         return row
 
+    # Providers are checked one by one, then timed together in turns (time_turns): timed
+    # one after the other, the first one gained a few % (results/ab-h100-2026-11-22).
+    done: list[dict] = []          # rows in provider order, finished after the timing
+    timers: dict = {}              # provider -> fn(i) over the input sets
+
     for kernel in kernels:
         row = {"provider": f"spak-{kernel}", "kernel": kernel, "tiles": None, "error": None,
                "passed": False, "gate": GATES[spec.dtype]}
@@ -554,13 +571,11 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                 plans = [apply_hints(plan_fmha(kernel, *s, o, mask=kmask, causal=spec.causal,
                                                scale=scale, tiles=tiles, alloc=alloc), hints)
                          for s, o in zip(sets, outs)]
-                row.update(time_events(lambda i: run_plan(plans[i]), n_sets))
-                row["input_sets"] = n_sets
-                del outs, plans, alloc
+                timers[row["provider"]] = (lambda plans: lambda i: run_plan(plans[i]))(plans)
             del out
         except Exception as exc:  # noqa: BLE001 -- one failure (OOM too) is a row, not the end
             row["error"] = failure_text(exc)
-        finish(row)
+        done.append(row)
 
     if not args.no_sdpa and not args.no_time:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -578,21 +593,52 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                         torch.cuda.synchronize()
                     except RuntimeError as exc:
                         row["skipped"] = str(exc).strip().splitlines()[0][:300]
-                        finish(row)
+                        done.append(row)
                         continue
                     row["nonfinite"] = int((~torch.isfinite(o)).sum())
                     row["rel_l2"] = _rel_l2(_zero_dead(o, dead), ref)
                     del o
-                    row.update(time_events(
-                        lambda i: F(*sets[i], attn_mask=sdpa_mask, is_causal=sdpa_causal,
-                                    scale=scale, enable_gqa=gqa), n_sets))
-                    row["input_sets"] = n_sets
+                    timers[row["provider"]] = (lambda ctx: lambda i: _sdpa_call(
+                        ctx, F, sets[i], sdpa_mask, sdpa_causal, scale, gqa))(backends[name])
             except Exception as exc:  # noqa: BLE001 -- OOM too: a row, not the end
                 row["error"] = failure_text(exc)
-            finish(row)
+            done.append(row)
+
+    _time_providers(done, timers, n_sets, seed=args.seed)
+    for row in done:
+        finish(row)
     del sets, q, k, v, mask, kmask, ref, sdpa_ref
     torch.cuda.empty_cache()
     return rows
+
+
+def _sdpa_call(backend, F, qkv, mask, causal, scale, gqa):
+    from torch.nn.attention import sdpa_kernel
+    with sdpa_kernel([backend]):
+        return F(*qkv, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+
+
+def _time_providers(rows: list[dict], timers: dict, n_sets: int, *, seed: int) -> None:
+    """Add time_turns' stats to the rows of the timed providers. If timing them together
+    fails (out of memory, say), each is timed alone and a failure is that row's error."""
+    if not timers:
+        return
+    by_name = {r["provider"]: r for r in rows}
+    how = "in turns" if len(timers) > 1 else "alone"
+    try:
+        spin = next(iter(timers.values()))
+        found = time_turns(timers, spin, seed, n_sets=n_sets)
+    except Exception:  # noqa: BLE001 -- fall back to one provider at a time
+        found, how = {}, "alone"
+        for name, fn in timers.items():
+            try:
+                found[name] = time_events(fn, n_sets)
+            except Exception as exc:  # noqa: BLE001
+                by_name[name]["error"] = failure_text(exc)
+    for name, st in found.items():
+        by_name[name].update(st)
+        by_name[name]["input_sets"] = n_sets
+        by_name[name]["timing"] = how
 
 
 def _sim_model(arch: str) -> str:
