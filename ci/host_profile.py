@@ -3,8 +3,9 @@
     source .carry/setup.sh && python ci/host_profile.py [--shape 1x8x512x64] [--n 2000]
 
 For a launch-bound shape the wall time per call of a loop of calls is the host time. Each
-layer is timed alone, outermost first: spak.fmha (validation + tile lookup + custom op),
-torch.ops.spak.fmha (the custom op's dispatch + body), api._impl (the body: output
+layer is timed alone, outermost first: spak.fmha (in plain eager mode: the validated-call
+memo, then api._impl directly), torch.ops.spak.fmha (the custom op's dispatch + body, the
+path taken under autograd, torch.compile and modes), api._impl (the body: output
 allocation, device guard, gpu.launch.fmha_into), fmha_into (plan cache + ct.launch), and
 ct.launch with prepared arguments; SDPA (cuDNN / flash) in the same run as the peer. Then a
 cProfile of spak.fmha, top functions by own time.

@@ -8,14 +8,16 @@ on one CUDA device, and the mask already float32 [MB, MH, Sq, Sk] (see gpu.plan)
 (naive's S and P, the dummy mask) are allocated with torch on q's device, so they follow
 torch's caching allocator and stream semantics.
 
-torch and cuTile are imported inside the functions: importing ``gpu`` stays cheap.
+torch is imported inside the functions (cuTile comes with gpu.plan).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional, Sequence
 
+import cuda.tile as ct
+
 from .plan import Launch, plan_fmha
+from .variants import apply_hints
 
 __all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "fmha_into"]
 
@@ -47,15 +49,15 @@ def run(launches: Sequence[Launch], stream=None) -> None:
     cuTile compiles each kernel variant on its first launch (and caches the cubin);
     compile errors surface here as cuTile exceptions (spak.gpu_env explains them).
     """
-    import cuda.tile as ct
     if stream is None:
         stream = current_raw_stream()
     for L in launches:
         ct.launch(stream, L.grid, L.kernel, L.args)
 
 
-def current_raw_stream():
-    """Torch's current stream on the current device, as the raw pointer ct.launch accepts.
+def current_raw_stream(device: Optional[int] = None):
+    """Torch's current stream on ``device`` (an index; default the current device), as the
+    raw pointer ct.launch accepts.
 
     torch.cuda.current_stream() builds a Stream object through Python device-index lookups
     on every call; the private getter torch's own generated code uses returns the int
@@ -64,10 +66,12 @@ def current_raw_stream():
     lacks it.
     """
     import torch
+    if device is None:
+        device = torch.cuda.current_device()
     getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if getter is None:
-        return torch.cuda.current_stream()
-    return getter(torch.cuda.current_device())
+        return torch.cuda.current_stream(device)
+    return getter(device)
 
 
 def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
@@ -80,11 +84,11 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
     whose rest depends only on shapes, dtype, flags and config, so it is planned once per
     such key and reused: planning costs more host time than a short kernel takes.
     """
-    from .variants import apply_hints
     if kernel_name == "fused" and mask is None:
-        key = (tuple(q.shape), tuple(k.shape), tuple(v.shape), q.dtype, q.device, causal,
-               scale, tuple(sorted((tiles or {}).items())),
-               tuple(sorted((hints or {}).items())))
+        # torch.Size hashes as a tuple; the config dicts are keyed in their own order (an
+        # equal dict in another order only adds an entry): cheaper than sorting per call
+        key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
+               tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else ())
         cached = _FUSED_PLANS.get(key)
         if cached is None:
             if len(_FUSED_PLANS) >= 512:          # many distinct shapes: start over
@@ -93,7 +97,9 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
                                           scale=scale, tiles=tiles), hints)
             cached = _FUSED_PLANS[key] = (L, L.args[4])      # args[4]: the dummy mask
         L, dummy = cached
-        run([dataclasses.replace(L, args=(q, k, v, out, dummy) + L.args[5:])], stream)
+        # run() of the plan with this call's tensors, without building a new Launch
+        ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
+                  (q, k, v, out, dummy) + L.args[5:])
         return out
     run(apply_hints(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal,
                                scale=scale, tiles=tiles), hints), stream)

@@ -13,5 +13,6 @@ def __getattr__(name):
     # so `import spak` works on machines without torch.
     if name == "fmha":
         from spak.api import fmha
+        globals()["fmha"] = fmha        # later lookups skip this hook (~1 us per call)
         return fmha
     raise AttributeError(f"module 'spak' has no attribute {name!r}")

@@ -24,7 +24,11 @@ Values inside q/k/v are not checked: NaN/inf in q, k, v or the mask propagate as
 Forward only (no autograd).
 
 ``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake
-implementation), so ``torch.compile`` graphs can hold it.
+implementation), so ``torch.compile`` graphs can hold it. Plain eager calls (plain tensors,
+no autograd, no torch.compile/jit.trace, no torch function/dispatch mode, functorch
+transform or profiler) call the op's body directly, and a call whose signature was already
+validated skips validation and the tile lookup: both cost more host time than a short
+kernel takes (see fmha()).
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ import numbers
 from typing import Optional
 
 import torch
+
+from spak import tuned
 
 __all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_DIM"]
 
@@ -214,16 +220,20 @@ _lookup_cache: dict = {}
 
 def _lookup(gpu_name, kernel, dtype, D, causal, Sk):
     """spak.tuned.lookup, memoised per (problem class, store file version)."""
-    from spak import tuned
-    path = tuned.store_path()
-    try:
-        version = path.stat().st_mtime_ns
-    except OSError:
-        version = None
-    key = (gpu_name, kernel, dtype, D, causal, tuned.seq_bucket(Sk), str(path), version)
+    key = (gpu_name, kernel, dtype, D, causal, tuned.seq_bucket(Sk), _store_version())
     if key not in _lookup_cache:
         _lookup_cache[key] = tuned.lookup(gpu_name, kernel, dtype, D, causal, Sk)
     return _lookup_cache[key]
+
+
+def _store_version() -> tuple:
+    """(path, mtime_ns or None) of the tuned-config store: a rewritten store (`spak sweep`,
+    `spak store update`, SPAK_TUNED_CONFIGS pointed elsewhere) is a new version."""
+    path = tuned.store_path()
+    try:
+        return str(path), path.stat().st_mtime_ns
+    except OSError:
+        return str(path), None
 
 
 def kernel_mask(mask: torch.Tensor, B: int, Hq: int, Sq: int, Sk: int) -> torch.Tensor:
@@ -241,16 +251,22 @@ def kernel_mask(mask: torch.Tensor, B: int, Hq: int, Sq: int, Sk: int) -> torch.
 
 # -------------------------------------------------------------------------- the op
 
+_SAME_DEVICE = contextlib.nullcontext()     # reusable: no guard object per call
+
+
 def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
           attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float, kernel: str,
           tile_m: int, tile_n: int, lat_k: int = 0, lat_v: int = 0, occupancy: int = 0,
           num_ctas: int = 0) -> torch.Tensor:
     """The custom op's CUDA body; arguments already validated by fmha()."""
-    from gpu.launch import fmha_into
+    # imported here so that importing spak.api needs no cuTile; per call, `import a.b as c`
+    # costs a third of `from a.b import x, y`
+    import gpu.launch as gl
     B, Hq, Sq, D = q.shape
     Sk, Dv = k.shape[2], v.shape[3]
-    q, k, v = (t.contiguous() for t in (q, k, v))
-    out = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=q.device)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    device = q.device
+    out = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=device)
     if out.numel() == 0:
         return out
     if Sk == 0 or k.shape[1] == 0:
@@ -262,18 +278,18 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if kernel == "fused":
         tiles.update(LAT_K=lat_k, LAT_V=lat_v)
     hints = {"occupancy": occupancy or None, "num_ctas": num_ctas or None}
-    # launch (and pick the stream) on q's GPU; when it is the current one (the common
+    # launch on q's GPU and its current stream; when it is the current GPU (the common
     # case) skip the guard's device switch and switch back
-    guard = (contextlib.nullcontext() if q.device.index == torch.cuda.current_device()
-             else torch.cuda.device(q.device))
+    dev = device.index
+    guard = _SAME_DEVICE if dev == torch.cuda.current_device() else torch.cuda.device(dev)
     try:
         with guard:
-            fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
-                      tiles=tiles, hints=hints)
+            gl.fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
+                         tiles=tiles, hints=hints, stream=gl.current_raw_stream(dev))
     except Exception as exc:
         from spak import gpu_env
         if gpu_env.is_compile_error(exc):
-            raise gpu_env.explain(exc, arch=device_arch(q.device)) from exc
+            raise gpu_env.explain(exc, arch=device_arch(device)) from exc
         raise
     return out
 
@@ -288,6 +304,78 @@ def _fake(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k=0,
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
 
 
+# ------------------------------------------------------------------- the eager fast path
+#
+# Host time per eager call matters: for short sequences the kernel takes 70-150 us, and
+# spak.fmha took 80-150 us of host time on an H100 where cuDNN SDPA takes 16-24 us
+# (results/host-profile-h100-2026-11-22; ci/host_profile.py). Two layers are skipped when
+# that changes nothing: validate() + resolve_tiles() (~24 us) for a call signature already
+# validated, and the custom op's dispatch (~12 us; on a CPU box 11.9 us per call against
+# 1.0 us for a plain Python call) in plain eager mode.
+
+_Tensor = torch.Tensor
+_torch_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_tracing_state = getattr(torch._C, "_get_tracing_state", None)
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+_profiler_enabled = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
+#: A torch without one of these private probes always takes the op path.
+_CAN_SKIP_OP = None not in (_torch_function_mode, _dispatch_modes, _tracing_state,
+                            _functorch_level, _profiler_enabled)
+
+
+def _plain_eager(q, k, v, attn_mask) -> bool:
+    """True when nothing may watch or transform the call: plain torch.Tensor inputs (no
+    FakeTensor or other subclass), not under torch.compile or jit.trace, no torch function
+    mode (`with torch.device(...)` is one) or dispatch mode (FakeTensorMode, FlopCounterMode,
+    make_fx), no functorch transform (vmap's batched tensors are plain torch.Tensor), no
+    torch.profiler (its trace shows the spak::fmha op). Autograd is checked after validation.
+    """
+    return (_CAN_SKIP_OP
+            and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and (attn_mask is None or type(attn_mask) is _Tensor)
+            and not (torch.compiler.is_compiling() or _torch_function_mode()
+                     or _dispatch_modes() or _tracing_state() is not None
+                     or _functorch_level() is not None or _profiler_enabled()))
+
+
+_VALIDATED: dict = {}
+"""Validated calls: _memo_key(...) -> _op_args(...) (no tensors in either)."""
+
+
+def _memo_key(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles):
+    """The key of a plain eager call in _VALIDATED, or None: validate it in full.
+
+    It holds everything validate() and resolve_tiles() read: shapes, dtypes and devices of
+    q, k, v, the flags, the scale and the tuned store's version (a rewritten store is picked
+    up). Only calls with exact argument types are keyed, so that key equality means the same
+    result: is_causal=1 (an error) never meets True, a bool scale (an error) never meets 1,
+    and float zero scales are left out (-0.0 == 0.0, but the kernel gets the sign). No
+    attn_mask (a tensor's values and shape) and no tiles dict (mutable) either.
+    """
+    if attn_mask is not None or tiles is not None:
+        return None
+    if type(is_causal) is not bool or type(enable_gqa) is not bool or type(kernel) is not str:
+        return None
+    if not (scale is None or type(scale) is int or type(scale) is float and scale != 0.0):
+        return None
+    try:
+        return (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
+                v.device, is_causal, scale, enable_gqa, kernel, _store_version())
+    except RuntimeError:            # e.g. a nested tensor has no .shape: validate() says why
+        return None
+
+
+def _op_args(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles) -> tuple:
+    """validate() and resolve_tiles(): torch.ops.spak.fmha's arguments after q, k, v."""
+    c = validate(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                 enable_gqa=enable_gqa, kernel=kernel, tiles=tiles)
+    s = 1.0 / math.sqrt(c.D) if c.scale is None else c.scale
+    t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles)
+    return (c.mask, is_causal, s, kernel, int(t["TILE_M"]), int(t["TILE_N"]),
+            int(t.get("LAT_K") or 0), int(t.get("LAT_V") or 0), int(t.get("occupancy") or 0),
+            int(t.get("num_ctas") or 0))
+
 
 def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
          attn_mask=None, enable_gqa: bool = False, kernel: str = "fused",
@@ -296,11 +384,19 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
 
     See the module docstring for the arguments; returns [B, Hq, Sq, Dv] in q's dtype.
     """
-    c = validate(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                 enable_gqa=enable_gqa, kernel=kernel, tiles=tiles)
-    s = 1.0 / math.sqrt(c.D) if c.scale is None else c.scale
-    t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles)
-    return torch.ops.spak.fmha(q, k, v, c.mask, is_causal, s, kernel,
-                               int(t["TILE_M"]), int(t["TILE_N"]), int(t.get("LAT_K") or 0),
-                               int(t.get("LAT_V") or 0), int(t.get("occupancy") or 0),
-                               int(t.get("num_ctas") or 0))
+    if not _plain_eager(q, k, v, attn_mask):
+        # compile, tracing, modes, subclasses, transforms: every call validated, the op
+        return torch.ops.spak.fmha(q, k, v, *_op_args(q, k, v, attn_mask, is_causal, scale,
+                                                      enable_gqa, kernel, tiles))
+    key = _memo_key(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles)
+    args = _VALIDATED.get(key) if key is not None else None
+    if args is None:
+        args = _op_args(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles)
+        if key is not None:
+            if len(_VALIDATED) >= 512:          # many distinct signatures: start over
+                _VALIDATED.clear()
+            _VALIDATED[key] = args
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+            attn_mask is not None and attn_mask.requires_grad)):
+        return torch.ops.spak.fmha(q, k, v, *args)     # autograd: the op records (and refuses)
+    return _impl(q, k, v, *args)
