@@ -201,16 +201,21 @@ def time_events(fn, n_sets: int, *, warmup: int = 3, min_runs: int = 10, max_run
 
 
 def time_turns(fns: dict, spin, seed: int, *, n_sets: int = 3, reps: int = 3,
-               target_s: float = 0.12, spin_s: float = 1.0) -> dict:
+               target_s: float = 0.12, spin_s: float = 1.0, contexts=None) -> dict:
     """Timing stats (time_events) of each provider fn(i), i over n_sets input sets, timed
     in turns; per provider the turn with the lowest median counts.
 
     The provider timed first after a pause runs a few % fast (GPU cool, clocks high; two
     copies of one kernel measured 5% apart, results/ab-h100-2026-11-22): so spin the GPU
     with ``spin(0)`` for ``spin_s`` seconds, then time every provider in forward, backward and shuffled
-    order (``seed`` fixes the shuffle). Compile (call each fn once) before this."""
+    order (``seed`` fixes the shuffle). Compile (call each fn once) before this.
+    ``contexts``: provider -> a factory of a context manager held around that provider's
+    timing (SDPA's backend choice: entered per call it would cost more than a short kernel).
+    """
+    import contextlib
     import random
     import torch
+    contexts = contexts or {}
     t0 = time.time()
     while time.time() - t0 < spin_s:
         spin(0)
@@ -221,7 +226,8 @@ def time_turns(fns: dict, spin, seed: int, *, n_sets: int = 3, reps: int = 3,
         seq = order if rep == 0 else order[::-1] if rep == 1 else \
             random.Random(seed + rep).sample(order, len(order))
         for name in seq:
-            st = time_events(fns[name], n_sets, target_s=target_s)
+            with contexts.get(name, contextlib.nullcontext)():
+                st = time_events(fns[name], n_sets, target_s=target_s)
             if name not in best or st["ms_median"] < best[name]["ms_median"]:
                 best[name] = st
     return best
@@ -517,6 +523,7 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
     # one after the other, the first one gained a few % (results/ab-h100-2026-11-22).
     done: list[dict] = []          # rows in provider order, finished after the timing
     timers: dict = {}              # provider -> fn(i) over the input sets
+    contexts: dict = {}            # provider -> context held while it is timed (SDPA backend)
 
     for kernel in kernels:
         row = {"provider": f"spak-{kernel}", "kernel": kernel, "tiles": None, "error": None,
@@ -598,13 +605,16 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                     row["nonfinite"] = int((~torch.isfinite(o)).sum())
                     row["rel_l2"] = _rel_l2(_zero_dead(o, dead), ref)
                     del o
-                    timers[row["provider"]] = (lambda ctx: lambda i: _sdpa_call(
-                        ctx, F, sets[i], sdpa_mask, sdpa_causal, scale, gqa))(backends[name])
+                    timers[row["provider"]] = lambda i: F(
+                        *sets[i], attn_mask=sdpa_mask, is_causal=sdpa_causal, scale=scale,
+                        enable_gqa=gqa)
+                    contexts[row["provider"]] = (lambda b: lambda: sdpa_kernel([b]))(
+                        backends[name])
             except Exception as exc:  # noqa: BLE001 -- OOM too: a row, not the end
                 row["error"] = failure_text(exc)
             done.append(row)
 
-    _time_providers(done, timers, n_sets, seed=args.seed)
+    _time_providers(done, timers, n_sets, seed=args.seed, contexts=contexts)
     for row in done:
         finish(row)
     del sets, q, k, v, mask, kmask, ref, sdpa_ref
@@ -612,27 +622,26 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
     return rows
 
 
-def _sdpa_call(backend, F, qkv, mask, causal, scale, gqa):
-    from torch.nn.attention import sdpa_kernel
-    with sdpa_kernel([backend]):
-        return F(*qkv, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
-
-
-def _time_providers(rows: list[dict], timers: dict, n_sets: int, *, seed: int) -> None:
-    """Add time_turns' stats to the rows of the timed providers. If timing them together
-    fails (out of memory, say), each is timed alone and a failure is that row's error."""
+def _time_providers(rows: list[dict], timers: dict, n_sets: int, *, seed: int,
+                    contexts=None) -> None:
+    """Add time_turns' stats to the rows of the timed providers (``contexts`` as there).
+    If timing them together fails (out of memory, say), each is timed alone and a failure
+    is that row's error."""
+    import contextlib
+    contexts = contexts or {}
     if not timers:
         return
     by_name = {r["provider"]: r for r in rows}
     how = "in turns" if len(timers) > 1 else "alone"
     try:
         spin = next(iter(timers.values()))
-        found = time_turns(timers, spin, seed, n_sets=n_sets)
+        found = time_turns(timers, spin, seed, n_sets=n_sets, contexts=contexts)
     except Exception:  # noqa: BLE001 -- fall back to one provider at a time
         found, how = {}, "alone"
         for name, fn in timers.items():
             try:
-                found[name] = time_events(fn, n_sets)
+                with contexts.get(name, contextlib.nullcontext)():
+                    found[name] = time_events(fn, n_sets)
             except Exception as exc:  # noqa: BLE001
                 by_name[name]["error"] = failure_text(exc)
     for name, st in found.items():

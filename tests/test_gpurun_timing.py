@@ -50,7 +50,7 @@ def test_time_providers_attaches_stats_to_the_timed_rows(monkeypatch):
             {"provider": "sdpa-flash", "skipped": "not supported"}]
     seen = {}
 
-    def fake_turns(timers, spin, seed, n_sets):
+    def fake_turns(timers, spin, seed, n_sets, contexts):
         seen.update(names=list(timers), n_sets=n_sets, seed=seed)
         return {n: {"ms_median": 1.0 + i} for i, n in enumerate(timers)}
     monkeypatch.setattr(gpurun, "time_turns", fake_turns)
@@ -83,3 +83,30 @@ def test_no_timers_leaves_rows_alone():
     rows = [{"provider": "spak-fused", "error": "boom"}]
     gpurun._time_providers(rows, {}, 3, seed=0)
     assert rows == [{"provider": "spak-fused", "error": "boom"}]
+
+
+def test_a_providers_context_is_held_around_its_timing_only(monkeypatch):
+    # SDPA's backend choice: entered once per timing turn, not once per call
+    log = []
+
+    class Ctx:
+        def __enter__(self):
+            log.append("enter")
+
+        def __exit__(self, *exc):
+            log.append("exit")
+
+    def fake_time_events(fn, n_sets, **kw):
+        log.append(fn.__name__)
+        return {"ms_median": 1.0}
+    monkeypatch.setattr(gpurun, "time_events", fake_time_events)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    fns = {"ours": _fn("ours"), "cudnn": _fn("cudnn")}
+    gpurun.time_turns(fns, fns["ours"], seed=0, reps=1, spin_s=0.0, contexts={"cudnn": Ctx})
+    assert log == ["ours", "enter", "cudnn", "exit"]
+
+    log.clear()                                   # the one-at-a-time fallback holds it too
+    monkeypatch.setattr(gpurun, "time_turns", lambda *a, **k: 1 / 0)
+    rows = [{"provider": "ours"}, {"provider": "cudnn"}]
+    gpurun._time_providers(rows, fns, 3, seed=0, contexts={"cudnn": Ctx})
+    assert log == ["ours", "enter", "cudnn", "exit"]
