@@ -12,8 +12,9 @@ the best median counts. A peer's arguments are ours matched by parameter name; a
 a RAW_MAX parameter (the FFMA fast path: in 3243cd4, dropped in aafbfa8, back with a guard
 for huge logits in 2afcd18) gets ours, and --general NAME also runs that peer with
 RAW_MAX=False. Peers whose output differs from ours bit for bit
-are named (expected only for a different arithmetic). Prints ratios per shape and
-geometric means.
+are named (expected only for a different arithmetic). A peer module may define
+`peer_grid(grid)`: its launch grid from ours (a peer that maps blocks to work differently).
+Prints ratios per shape and geometric means.
 """
 from __future__ import annotations
 
@@ -107,8 +108,10 @@ def main(argv=None):
                     peer = peers[name.removesuffix("_general")]
                     extra = {"RAW_MAX": False} if name.endswith("_general") else {}
                     a = _peer_args(L[0], peer.fmha_fwd_kernel, **extra)
+                    grid = peer.peer_grid(L[0].grid) if hasattr(peer, "peer_grid") else L[0].grid
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
-                                                                     **hints), args=a)]
+                                                                     **hints), args=a,
+                                             grid=grid)]
                 ps.append(L)
             return ps
 
