@@ -26,9 +26,10 @@ REAL_VALIDATE = api.validate
 
 
 def qkv(B=1, Hq=2, Hkv=2, Sq=8, Sk=8, D=16, Dv=None, dtype=F16, device="cpu"):
-    return (torch.zeros(B, Hq, Sq, D, dtype=dtype, device=device),
-            torch.zeros(B, Hkv, Sk, D, dtype=dtype, device=device),
-            torch.zeros(B, Hkv, Sk, Dv or D, dtype=dtype, device=device))
+    # random values although only routing is tested here (the kernel is a recorder)
+    g = torch.Generator().manual_seed(B * 1000 + Sq * 10 + D)
+    return tuple(torch.randn(shape, generator=g).to(dtype=dtype, device=device)
+                 for shape in ((B, Hq, Sq, D), (B, Hkv, Sk, D), (B, Hkv, Sk, Dv or D)))
 
 
 def _out(q, v):
