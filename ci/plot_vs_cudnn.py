@@ -9,9 +9,12 @@ Needs matplotlib (pip install -e ".[report]").
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from spak.sweep import read_results  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -26,7 +29,7 @@ def main(argv=None) -> int:
     except ImportError:
         print('needs matplotlib: pip install -e ".[report]"', file=sys.stderr)
         return 2
-    rows = [json.loads(line) for line in args.jsonl.read_text().splitlines() if line.strip()]
+    rows = read_results(args.jsonl)                   # .jsonl or .jsonl.gz
     shapes = list(dict.fromkeys(r["case"].replace("/fp16", "").replace("/bf16", "")
                                 for r in rows))
     dtypes = sorted({r["case"].split("/")[1] for r in rows})

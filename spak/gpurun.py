@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -578,7 +579,7 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                 plans = [apply_hints(plan_fmha(kernel, *s, o, mask=kmask, causal=spec.causal,
                                                scale=scale, tiles=tiles, alloc=alloc), hints)
                          for s, o in zip(sets, outs)]
-                timers[row["provider"]] = (lambda plans: lambda i: run_plan(plans[i]))(plans)
+                timers[row["provider"]] = lambda i, plans=plans: run_plan(plans[i])
             del out
         except Exception as exc:  # noqa: BLE001 -- one failure (OOM too) is a row, not the end
             row["error"] = failure_text(exc)
@@ -608,8 +609,7 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
                     timers[row["provider"]] = lambda i: F(
                         *sets[i], attn_mask=sdpa_mask, is_causal=sdpa_causal, scale=scale,
                         enable_gqa=gqa)
-                    contexts[row["provider"]] = (lambda b: lambda: sdpa_kernel([b]))(
-                        backends[name])
+                    contexts[row["provider"]] = functools.partial(sdpa_kernel, [backends[name]])
             except Exception as exc:  # noqa: BLE001 -- OOM too: a row, not the end
                 row["error"] = failure_text(exc)
             done.append(row)
