@@ -13,7 +13,8 @@ a RAW_MAX parameter (the FFMA fast path: in 3243cd4, dropped in aafbfa8, back wi
 for huge logits in 2afcd18) gets ours, and --general NAME also runs that peer with
 RAW_MAX=False. Peers whose output differs from ours bit for bit
 are named (expected only for a different arithmetic). A peer module may define
-`peer_grid(grid)`: its launch grid from ours (a peer that maps blocks to work differently).
+`peer_grid(grid[, config])`: its launch grid from ours (a peer that maps blocks to work
+differently; config: the tile sizes, occupancy and num_ctas).
 Prints ratios per shape and geometric means.
 """
 from __future__ import annotations
@@ -44,6 +45,16 @@ def _peer_args(launch, peer_kernel, **extra) -> tuple:
     ``extra`` adds or overrides parameters (RAW_MAX=False for --general)."""
     given = {**dict(zip(_params(launch.kernel), launch.args)), **extra}
     return tuple(given[n] for n in _params(peer_kernel))
+
+
+def _peer_grid(peer, grid, config):
+    """A peer's launch grid: ours, or its ``peer_grid(grid[, config])`` (config: the tiles
+    and hints, for grids sized to the resident blocks)."""
+    if not hasattr(peer, "peer_grid"):
+        return grid
+    if peer.peer_grid.__code__.co_argcount >= 2:
+        return peer.peer_grid(grid, config)
+    return peer.peer_grid(grid)
 
 
 def load_peer(path):
@@ -108,7 +119,7 @@ def main(argv=None):
                     peer = peers[name.removesuffix("_general")]
                     extra = {"RAW_MAX": False} if name.endswith("_general") else {}
                     a = _peer_args(L[0], peer.fmha_fwd_kernel, **extra)
-                    grid = peer.peer_grid(L[0].grid) if hasattr(peer, "peer_grid") else L[0].grid
+                    grid = _peer_grid(peer, L[0].grid, {**tiles, **hints})
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
                                                                      **hints), args=a,
                                              grid=grid)]
