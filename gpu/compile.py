@@ -29,6 +29,8 @@ from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSig
                                    ScalarConstraint, export_kernel)
 
 from .plan import KERNELS, default_tiles, int64_variant, plan_fmha
+from .resources import SM_LIMITS, blocks_per_sm, read_cubin
+from .variants import check_hints, with_hints
 
 #: --gpu-name values tileiras 13.4 lists (``tileiras --help``); sm_75 and older are refused.
 TILEIRAS_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103",
@@ -134,8 +136,12 @@ def variant_launches(kernel_name: str, *, dtype: str, head_dim: int, causal: boo
 def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
                     causal: bool, has_mask: bool, tiles: Optional[dict] = None,
                     head_dim_v: Optional[int] = None, assume: str = "launch",
-                    int64: bool = False, use_cache: bool = False) -> dict:
+                    int64: bool = False, use_cache: bool = False,
+                    hints: Optional[dict] = None) -> dict:
     """Compile every kernel of one variant to a cubin for ``arch``; launch nothing.
+
+    hints: the sweeper's compiler hints (occupancy, num_ctas; gpu.variants), which change
+    the cubin: tileiras sizes registers and shared-memory buffers for them.
 
     assume: "launch" (default) compiles the variant ct.launch builds for contiguous,
     aligned tensors with ragged sequence lengths; "none" the fully general one (see
@@ -143,7 +149,9 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
 
     Returns dict(ok, seconds, cubin_bytes, error, kernels): ``seconds`` and ``cubin_bytes``
     are summed over the variant's kernels (naive has three), ``kernels`` lists each one as
-    dict(name, seconds, cubin_bytes). ``error`` is None or "ExceptionType: message" of the
+    dict(name, seconds, cubin_bytes, registers, threads, shared_bytes, stack_bytes,
+    code_sha1, blocks_per_sm, limited_by): what the cubin asks of an SM (gpu.resources; the last two
+    are None for an arch without known SM limits). ``error`` is None or "ExceptionType: message" of the
     first failure. The cuTile disk cache is bypassed unless ``use_cache``, so the times are
     real compile times.
     """
@@ -161,17 +169,30 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
                 seen.add(launch.name)
                 t0 = time.perf_counter()
                 buf = io.BytesIO()
-                export_kernel(launch.kernel, [_signature(launch.kernel, launch.args, assume)], buf,
+                kernel = with_hints(launch.kernel, **check_hints(hints))
+                export_kernel(kernel, [_signature(kernel, launch.args, assume)], buf,
                               gpu_code=arch, output_format="cubin")
-                n = len(buf.getvalue())
-                result["kernels"].append({"name": launch.name, "cubin_bytes": n,
-                                          "seconds": time.perf_counter() - t0})
-                result["cubin_bytes"] += n
+                cubin = buf.getvalue()
+                result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
+                                          "seconds": time.perf_counter() - t0,
+                                          **_resources(cubin, arch)})
+                result["cubin_bytes"] += len(cubin)
         result["ok"] = True
     except Exception as exc:   # a failed variant is a result, not a crash
         result["error"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+def _resources(cubin: bytes, arch: str) -> dict:
+    """The cubin's (single) kernel's SM resources, see compile_variant."""
+    (k,) = read_cubin(cubin)
+    out = {"registers": k.registers, "threads": k.threads, "shared_bytes": k.shared_bytes,
+           "stack_bytes": k.stack_bytes, "code_sha1": k.code_sha1,
+           "blocks_per_sm": None, "limited_by": None}
+    if arch in SM_LIMITS and k.threads:
+        out["blocks_per_sm"], out["limited_by"] = blocks_per_sm(k, arch)
+    return out
 
 
 class _disk_cache:
