@@ -8,7 +8,13 @@ fails CI although nobody here owns one.
     spak compile                                   # the plan's variants, its target archs
     spak compile --arch sm_90,sm_120,sm_89
     spak compile --arch sm_120 --kernel fused --json
-    spak compile --sweep                           # also every sweep tile pair, per arch
+    spak compile --sweep --arch sm_90 --jobs 8     # also every sweep config, per arch
+
+Each row shows what the cubin asks of an SM (gpu.resources, read from the cubin): registers
+per thread, threads per block, static shared memory, stack bytes per thread (spills) and the
+resident blocks per SM with the resource that limits them. tileiras treats the occupancy
+hint as a request: with --sweep, the configs whose hint was not met and the configs that
+compiled to the same kernel are listed after the table.
 
 Before compiling, the tileiras that cuTile will run is asked which ``--gpu-name`` values it
 accepts (``tileiras --help``). An arch it does not list is reported as "arch not supported
@@ -30,11 +36,12 @@ import time
 from typing import Callable, Iterable, Optional
 
 __all__ = ["register", "cmd_compile", "CompileItem", "plan_items", "sweep_items",
-           "supported_archs", "compile_items", "format_rows", "summarize"]
+           "supported_archs", "compile_items", "format_rows", "summarize", "hint_findings"]
 
 
 class CompileItem(dict):
-    """One thing to compile: kernel, arch, dtype, head_dim, causal, mask, tiles (None: default)."""
+    """One thing to compile: kernel, arch, dtype, head_dim, causal, mask, tiles (None: default),
+    hints (optional: occupancy, num_ctas)."""
 
     @property
     def label(self) -> str:
@@ -68,10 +75,13 @@ def plan_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = No
 
 
 def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None) -> list:
-    """Each arch's sweep tile pairs for each sweep step's kernel: fp16, D=64 and 128, non-causal.
+    """Every config of each arch's sweep space (tiles x occupancy x num_ctas and knobs) for
+    each sweep step's kernel: fp16, D=64 and 128, causal and not.
 
-    occupancy and num_ctas are launch hints the sweeper sets; they are not compiled here.
+    The hints are compiled in: tileiras sizes registers and shared-memory buffers for the
+    occupancy asked, so the resource columns show what each config really gets.
     """
+    from gpu.variants import HINT_KEYS
     items = []
     for s in plan.steps:
         if s.kind != "sweep" or (kernels is not None and s.kernel not in set(kernels)):
@@ -79,12 +89,15 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
         for arch in archs:
             if arch not in plan.sweep:
                 continue
-            for tm, tn in plan.sweep[arch].tile_pairs():
+            for cfg in plan.sweep[arch].configs():
+                tiles = {k: v for k, v in cfg.items() if k not in HINT_KEYS}
+                hints = {k: cfg[k] for k in HINT_KEYS if cfg.get(k) is not None}
                 for d in (64, 128):
-                    items.append(CompileItem(kernel=s.kernel, arch=arch, dtype="fp16",
-                                             head_dim=d, causal=False, mask=False,
-                                             tiles={"TILE_M": tm, "TILE_N": tn},
-                                             source=f"sweep.{arch}"))
+                    for causal in (False, True):
+                        items.append(CompileItem(kernel=s.kernel, arch=arch, dtype="fp16",
+                                                 head_dim=d, causal=causal, mask=False,
+                                                 tiles=tiles, hints=hints,
+                                                 source=f"sweep.{arch}"))
     return items
 
 
@@ -131,7 +144,7 @@ def _compile_one(item: dict) -> dict:
             tiles = default_tiles(item["head_dim"], item["arch"])
     r = compile_variant(item["kernel"], arch=item["arch"], dtype=_DT[item["dtype"]],
                         head_dim=item["head_dim"], causal=item["causal"],
-                        has_mask=item["mask"], tiles=dict(tiles))
+                        has_mask=item["mask"], tiles=dict(tiles), hints=item.get("hints"))
     return {**item, "tiles": dict(tiles), "status": "ok" if r["ok"] else "FAIL",
             "ok": bool(r["ok"]), "seconds": r["seconds"], "cubin_bytes": r["cubin_bytes"],
             "error": r["error"], "kernels": r.get("kernels", [])}
@@ -194,15 +207,40 @@ def _safe(fn, item):
 
 # ------------------------------------------------------------------------- output
 
-HEADER = f"{'variant':<38} {'arch':<7} {'tiles':<8} {'result':<11} {'seconds':>8} {'cubin':>10}"
+HEADER = (f"{'variant':<38} {'arch':<7} {'config':<15} {'result':<11} {'seconds':>8} "
+          f"{'cubin':>10}  {'regs':>4} {'threads':>7} {'smem KiB':>8} {'stack':>5} "
+          f"{'blocks/SM':<20}")
+
+
+def config_text(r: dict) -> str:
+    """64x128, plus /o3 and /c2 for the occupancy and num_ctas hints compiled in."""
+    t = r.get("tiles")
+    text = f"{t['TILE_M']}x{t['TILE_N']}" if t else "default"
+    h = r.get("hints") or {}
+    text += (f"/o{h['occupancy']}" if h.get("occupancy") else "")
+    text += (f"/c{h['num_ctas']}" if h.get("num_ctas") else "")
+    return text
+
+
+def _resource_cols(k: Optional[dict]) -> str:
+    """regs, threads, shared KiB, stack bytes, blocks per SM (limiter) of one kernel."""
+    if not k or "registers" not in k:
+        return ""
+    blocks = ("-" if k.get("blocks_per_sm") is None
+              else f"{k['blocks_per_sm']} ({k['limited_by']})")
+    return (f"  {k['registers']:>4} {k['threads'] or '-':>7} {k['shared_bytes'] / 1024:>8.1f} "
+            f"{k['stack_bytes']:>5} {blocks:<20}")
 
 
 def format_row(r: dict) -> str:
-    t = r.get("tiles")
-    tiles = f"{t['TILE_M']}x{t['TILE_N']}" if t else "default"
     label = CompileItem(r).label
-    line = (f"{label:<38} {r['arch']:<7} {tiles:<8} {r['status']:<11} "
-            f"{r['seconds']:>8.2f} {r['cubin_bytes']:>10,}")
+    kernels = r.get("kernels") or []
+    line = (f"{label:<38} {r['arch']:<7} {config_text(r):<15} {r['status']:<11} "
+            f"{r['seconds']:>8.2f} {r['cubin_bytes']:>10,}"
+            + (_resource_cols(kernels[0]) if len(kernels) == 1 else ""))
+    if len(kernels) > 1:          # naive: three kernels, one line each
+        line += "".join(f"\n    {k['name']:<{38 + 7 + 15 + 11 + 8 + 10 + 3}}{_resource_cols(k)}"
+                        for k in kernels if "registers" in k)
     if r.get("error"):
         line += "\n    " + str(r["error"]).strip().splitlines()[0][:300]
     return line
@@ -227,6 +265,32 @@ def summarize(rows: list[dict]) -> dict:
             "failed": sum(r["status"] == "FAIL" for r in rows),
             "unsupported": sum(r["status"] == "unsupported" for r in rows),
             "seconds": sum(r["seconds"] for r in rows), "per_arch": per}
+
+
+def hint_findings(rows: list[dict]) -> list[str]:
+    """What the resource columns say about the hints, for a sweep space: configs whose
+    occupancy hint tileiras did not meet, and groups of configs that compiled to the same
+    machine code and resources (a sweep would time one kernel several times)."""
+    lines, same = [], {}
+    for r in rows:
+        ks = r.get("kernels") or []
+        if r.get("status") != "ok" or len(ks) != 1 or "registers" not in ks[0]:
+            continue
+        k, want = ks[0], (r.get("hints") or {}).get("occupancy")
+        if want and k.get("blocks_per_sm") is not None and k["blocks_per_sm"] < want:
+            lines.append(f"  occupancy {want} not met: {CompileItem(r).label} "
+                         f"{config_text(r)} on {r['arch']} fits {k['blocks_per_sm']} per SM "
+                         f"({k['registers']} registers x {k['threads']} threads, "
+                         f"{k['shared_bytes'] / 1024:.1f} KiB shared)")
+        key = (r["arch"], CompileItem(r).label, k["code_sha1"], k["registers"],
+               k["shared_bytes"])
+        same.setdefault(key, []).append(config_text(r))
+    for (arch, label, *_), configs in same.items():
+        if len(configs) > 1:
+            lines.append(f"  same kernel: {label} on {arch}: {', '.join(configs)}")
+    if lines:
+        lines.insert(0, "hints (from the resources above):")
+    return lines
 
 
 def summary_line(s: dict, wall: float) -> str:
@@ -285,6 +349,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          progress=lambda r, i, n: print(format_row(r), file=log, flush=True))
     wall = time.perf_counter() - t0
     s = summarize(rows)
+    for line in hint_findings(rows):
+        print(line, file=log, flush=True)
     print(summary_line(s, wall), file=log, flush=True)
     doc = {"command": "compile", "plan": str(plan.path), "archs": archs,
            "tileiras": how, "tileiras_archs": supported, "rows": rows,
@@ -316,8 +382,10 @@ def register(subparsers) -> None:
                    help="plan file (default: plans/fmha.toml)")
     p.add_argument("--kernel", default=None, help="only this kernel (default: all the plan's)")
     p.add_argument("--sweep", action="store_true",
-                   help="also compile every (TILE_M, TILE_N) of each arch's sweep space "
-                        "(fp16, D 64 and 128)")
+                   help="also compile every config of each arch's sweep space (tiles x "
+                        "occupancy x num_ctas; fp16, D 64 and 128, causal and not) and say "
+                        "which hints tileiras did not meet and which configs are the same "
+                        "kernel")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="compile in N processes (default 1)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")

@@ -86,7 +86,49 @@ def test_plan_items_cover_every_variant_and_arch():
     assert len(cc.plan_items(plan, ["sm_120"], ["fused"])) == 2
     sw = cc.sweep_items(plan, ["sm_90"])
     sp = plan.sweep_space("sm_90")
-    assert len(sw) == 2 * len(sp.TILE_M) * len(sp.TILE_N)
+    assert len(sw) == 2 * 2 * len(sp.configs())        # x D 64/128 x causal or not
+    assert {(i["head_dim"], i["causal"]) for i in sw} == {
+        (d, c) for d in (64, 128) for c in (False, True)}
+    # the hints travel with each config: they change the cubin
+    assert {(i["hints"]["occupancy"], i["hints"]["num_ctas"]) for i in sw} == {
+        (o, c) for o in sp.occupancy for c in sp.num_ctas}
+    assert all(set(i["tiles"]) == {"TILE_M", "TILE_N"} for i in sw)
+
+
+def _row(tiles, hints, regs, shared, blocks, code, d=128, causal=False, limited="registers"):
+    return {"kernel": "fused", "arch": "sm_90", "dtype": "fp16", "head_dim": d,
+            "causal": causal, "mask": False, "tiles": tiles, "hints": hints, "status": "ok",
+            "ok": True, "seconds": 1.0, "cubin_bytes": 1000, "error": None,
+            "kernels": [{"name": "fused", "registers": regs, "threads": 256,
+                         "shared_bytes": shared, "stack_bytes": 0, "code_sha1": code,
+                         "blocks_per_sm": blocks, "limited_by": limited}]}
+
+
+def test_hint_findings_name_unmet_occupancy_and_identical_kernels():
+    t = {"TILE_M": 64, "TILE_N": 128}
+    rows = [_row(t, {"occupancy": 2, "num_ctas": 1}, 128, 83040, 2, "aa"),
+            _row(t, {"occupancy": 3, "num_ctas": 1}, 128, 83040, 2, "aa"),
+            _row(t, {"occupancy": 4, "num_ctas": 1}, 255, 83040, 1, "bb"),
+            _row(t, {"occupancy": 4, "num_ctas": 1}, 64, 33880, 4, "cc", d=64),
+            _row(t, {"occupancy": 2, "num_ctas": 1}, 128, 83040, 2, "aa", causal=True)]
+    lines = cc.hint_findings(rows)
+    text = "\n".join(lines)
+    assert lines[0].startswith("hints")
+    assert "occupancy 3 not met: fused fp16 D=128 noncausal 64x128/o3/c1 on sm_90 fits 2" in text
+    assert "occupancy 4 not met: fused fp16 D=128 noncausal 64x128/o4/c1 on sm_90 fits 1" in text
+    assert "D=64" not in text.split("same kernel")[0]          # 4 blocks: met
+    assert "same kernel: fused fp16 D=128 noncausal on sm_90: 64x128/o2/c1, 64x128/o3/c1" in text
+    assert text.count("same kernel") == 1     # the causal build is another variant
+    assert cc.hint_findings(rows[3:4]) == []  # nothing to say
+
+
+def test_the_table_shows_the_resources(capsys):
+    row = _row({"TILE_M": 64, "TILE_N": 128}, {"occupancy": 3}, 128, 83040, 2, "aa")
+    line = cc.format_row(row)
+    assert "64x128/o3" in line and "2 (registers)" in line and " 81.1 " in line
+    naive = {**row, "kernel": "naive", "kernels": [
+        {**row["kernels"][0], "name": n} for n in ("naive.scores", "naive.softmax")]}
+    assert cc.format_row(naive).count("2 (registers)") == 2
 
 
 def test_unsupported_arch_is_reported_and_fails(one, monkeypatch, capsys):
