@@ -168,11 +168,7 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
                     continue
                 seen.add(launch.name)
                 t0 = time.perf_counter()
-                buf = io.BytesIO()
-                kernel = with_hints(launch.kernel, **check_hints(hints))
-                export_kernel(kernel, [_signature(kernel, launch.args, assume)], buf,
-                              gpu_code=arch, output_format="cubin")
-                cubin = buf.getvalue()
+                cubin = export_cubin(launch, arch, assume=assume, hints=hints)
                 result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
                                           "seconds": time.perf_counter() - t0,
                                           **_resources(cubin, arch)})
@@ -182,6 +178,16 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
         result["error"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+def export_cubin(launch, arch: str, *, assume: str = "launch",
+                 hints: Optional[dict] = None) -> bytes:
+    """The cubin of one planned launch's kernel (with the sweeper's hints) for ``arch``."""
+    kernel = with_hints(launch.kernel, **check_hints(hints))
+    buf = io.BytesIO()
+    export_kernel(kernel, [_signature(kernel, launch.args, assume)], buf, gpu_code=arch,
+                  output_format="cubin")
+    return buf.getvalue()
 
 
 def _resources(cubin: bytes, arch: str) -> dict:
