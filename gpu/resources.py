@@ -15,8 +15,9 @@ occupancy calculator does, so a sweep space can be checked before any GPU time i
 
 The cubin is an ELF file: per-kernel facts are records in its ``.nv.info`` sections
 (register count, stack frame, required block size) and the static shared memory is the
-size of its ``.nv.shared.<kernel>`` section. Only the standard library is used (no
-cuobjdump). ``ci/occupancy_check.py`` compares these numbers with the CUDA driver's own
+size of its ``.nv.shared.<kernel>`` section (less the 1 KiB system reservation that
+section includes when the cubin has a ``.nv.shared.reserved.0`` section), the number the
+driver reports. Only the standard library is used (no cuobjdump). ``ci/occupancy_check.py`` compares these numbers with the CUDA driver's own
 (cuFuncGetAttribute, cuOccupancyMaxActiveBlocksPerMultiprocessor) on a GPU.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ _EIATTR_REGCOUNT = 0x2F        # (symbol index, registers per thread)
 _EIATTR_MAX_THREADS = 0x05     # maximum block size (x, y, z), when no REQNTID
 _EIFMT_SVAL = 0x04             # record with a u16 length and that many bytes
 _SHT_SYMTAB = 2
+_RESERVED_WINDOW = 1024        # bytes of .nv.shared.reserved.0's window inside the section
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +159,11 @@ def read_cubin(data: bytes) -> list[KernelResources]:
         if _EIATTR_REGCOUNT not in facts:
             raise ValueError(f"cubin has no register count for kernel {name!r}")
         shared = secs.get(".nv.shared." + name, {}).get("size", 0)
+        if ".nv.shared.reserved.0" in secs:
+            # The kernel's section then also spans the 1 KiB per-block system reservation:
+            # on all 96 sm_90 sweep builds the driver's static size (cuFuncGetAttribute)
+            # was exactly 1024 bytes less (H100, ci/occupancy_check.py, 2026-11-22).
+            shared = max(shared - _RESERVED_WINDOW, 0)
         code = hashlib.sha1(data[s["offset"]:s["offset"] + s["size"]]).hexdigest()
         kernels.append(KernelResources(name=name, registers=facts[_EIATTR_REGCOUNT],
                                        threads=threads, shared_bytes=shared,

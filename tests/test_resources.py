@@ -30,10 +30,11 @@ def _record_nval(attr: int) -> bytes:
     return struct.pack("<BBH", 0x01, attr, 0)
 
 
-def make_cubin(kernels: list[dict]) -> bytes:
+def make_cubin(kernels: list[dict], reserved: bool = False) -> bytes:
     """An ELF64 with the sections read_cubin reads: .shstrtab, .strtab, .symtab (one symbol
     per kernel), .nv.info (REGCOUNT, FRAME_SIZE per symbol), and per kernel .text.<k>,
-    .nv.info.<k> (REQNTID between other records) and .nv.shared.<k> (NOBITS)."""
+    .nv.info.<k> (REQNTID between other records) and .nv.shared.<k> (NOBITS); reserved:
+    also the empty .nv.shared.reserved.0 section tileiras's sm_90 cubins carry."""
     strtab = b"\0"
     syms = [b"\0" * 24]                       # symbol 0 is the null symbol
     for k in kernels:
@@ -53,6 +54,8 @@ def make_cubin(kernels: list[dict]) -> bytes:
         sections += [(".text." + k["name"], 1, k["code"], 0),
                      (".nv.info." + k["name"], 0x70000000, kinfo, 0),
                      (".nv.shared." + k["name"], 8, k["shared"], 0)]
+    if reserved:
+        sections.append((".nv.shared.reserved.0", 8, 0, 0))
     names = b"\0"
     name_off = []
     for name, *_ in sections + [(".shstrtab",)]:
@@ -96,6 +99,15 @@ def test_reads_every_kernel_of_a_synthetic_cubin():
     assert a.code_sha1 != b.code_sha1 and len(a.code_sha1) == 40
 
 
+def test_the_reserved_kibibyte_is_not_the_kernels():
+    """With .nv.shared.reserved.0 present, the kernel's section also spans the 1 KiB system
+    window: the driver reports 1024 bytes less (96 of 96 sm_90 builds, H100)."""
+    k = {"name": "k", "registers": 128, "stack": 0, "ntid": (256, 1, 1), "shared": 83040,
+         "code": b"\x01" * 8}
+    assert read_cubin(make_cubin([k], reserved=True))[0].shared_bytes == 82016
+    assert read_cubin(make_cubin([k], reserved=False))[0].shared_bytes == 83040
+
+
 def test_code_hash_ignores_everything_but_the_code():
     base = {"name": "k", "registers": 64, "stack": 0, "ntid": (256, 1, 1), "shared": 1024,
             "code": b"\x05" * 16}
@@ -128,17 +140,18 @@ def _k(regs, threads, shared, stack=0):
 
 
 @pytest.mark.parametrize("k, arch, expect", [
-    # the fused kernel's sm_90 builds (spak compile --sweep): warp-specialised, 256 threads
-    (_k(128, 256, 83040), "sm_90", (2, "registers")),       # 64x128, D=128, occupancy 2/3
-    (_k(255, 256, 83040), "sm_90", (1, "registers")),       # the same with occupancy 4
-    (_k(80, 256, 42080), "sm_90", (3, "registers")),        # 80 x 256 x 3 <= 65536
-    (_k(64, 256, 33880), "sm_90", (4, "registers")),        # 64x64, D=64, occupancy 4
-    (_k(128, 256, 115872), "sm_90", (1, "shared memory")),  # 2 x (113.2 + 1) KiB > 228
-    (_k(128, 256, 99472), "sm_90", (2, "registers")),       # 2 x 98.1 KiB fits
+    # the fused kernel's sm_90 builds (spak compile --sweep), as the driver counted them
+    # (ci/occupancy_check.py, H100): warp-specialised, 256 threads
+    (_k(128, 256, 82016), "sm_90", (2, "registers")),       # 64x128, D=128, occupancy 2/3
+    (_k(255, 256, 82016), "sm_90", (1, "registers")),       # the same with occupancy 4
+    (_k(80, 256, 41056), "sm_90", (3, "registers")),        # 80 x 256 x 3 <= 65536
+    (_k(64, 256, 32856), "sm_90", (4, "registers")),        # 64x64, D=64, occupancy 4
+    (_k(128, 256, 114848), "sm_90", (2, "registers")),      # 64x64, D=128: 2 x 113.2 KiB
+    (_k(128, 256, 116000), "sm_90", (1, "shared memory")),  # 2 x (113.4 + 1) KiB > 228
     (_k(16, 1024, 0), "sm_90", (2, "threads")),             # 2048 threads per SM
     (_k(16, 32, 0), "sm_90", (32, "blocks")),
     (_k(24, 32, 0), "sm_89", (24, "blocks")),
-    (_k(128, 256, 83040), "sm_120", (1, "shared memory")),  # 100 KiB on sm_120
+    (_k(128, 256, 82016), "sm_120", (1, "shared memory")),  # 100 KiB on sm_120
 ])
 def test_blocks_per_sm(k, arch, expect):
     assert blocks_per_sm(k, arch) == expect
@@ -173,7 +186,7 @@ def test_a_real_fused_build():
     # tileiras 13.4 (pinned): warp-specialised, 2 warpgroups; occupancy 4 is met at 64x64
     assert k["threads"] == 256 and k["registers"] <= 64 and k["stack_bytes"] == 0
     assert k["blocks_per_sm"] == 4 and k["limited_by"] == "registers"
-    assert 16 * 1024 < k["shared_bytes"] < 57 * 1024
+    assert 16 * 1024 < k["shared_bytes"] < 56 * 1024
     again = compile_variant("fused", arch="sm_90", dtype="float16", head_dim=64,
                             causal=False, has_mask=False, tiles={"TILE_M": 64, "TILE_N": 64},
                             hints={"occupancy": 4})["kernels"][0]
@@ -183,7 +196,7 @@ def test_a_real_fused_build():
 @pytest.mark.slow
 def test_cuobjdump_reads_the_same_numbers(tmp_path):
     """Where NVIDIA's cuobjdump is installed (nvidia-cuda-cuobjdump, not a dependency),
-    its resource usage must match ours."""
+    its resource usage must match ours (shared memory: see the assert)."""
     pytest.importorskip("cuda.tile")
     import io
     import re
@@ -206,7 +219,9 @@ def test_cuobjdump_reads_the_same_numbers(tmp_path):
     regs, stack, shared = map(int, re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)",
                                              out).groups())
     (k,) = read_cubin(buf.getvalue())
-    assert (k.registers, k.stack_bytes, k.shared_bytes) == (regs, stack, shared)
+    # cuobjdump counts the section, the 1 KiB system window included; we (and the
+    # driver's cuFuncGetAttribute) count the kernel's own bytes
+    assert (k.registers, k.stack_bytes, k.shared_bytes + 1024) == (regs, stack, shared)
 
 
 def _cuobjdump():
