@@ -120,12 +120,16 @@ class SweepSpace:
     max_tile: int = MAX_TILE
     knobs: dict = dataclasses.field(default_factory=dict)
     note: str = ""
+    #: partial configs to leave out: a config matching every key of one entry is skipped
+    exclude: tuple = ()
 
-    def configs(self) -> list[dict]:
-        """The cross product, as dicts {"TILE_M", "TILE_N", "occupancy", "num_ctas", knobs...}."""
+    def configs(self, full_space: bool = False) -> list[dict]:
+        """The cross product less the excluded (all of it if ``full_space``), as dicts
+        {"TILE_M", "TILE_N", "occupancy", "num_ctas", knobs...}."""
         names = ["TILE_M", "TILE_N", "occupancy", "num_ctas", *self.knobs]
         lists = [self.TILE_M, self.TILE_N, self.occupancy, self.num_ctas, *self.knobs.values()]
-        return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+        return [c for c in (dict(zip(names, combo)) for combo in itertools.product(*lists))
+                if full_space or not excluded(c, self.exclude)]
 
     def tile_pairs(self) -> list[tuple[int, int]]:
         return list(itertools.product(self.TILE_M, self.TILE_N))
@@ -133,7 +137,14 @@ class SweepSpace:
     def as_dict(self) -> dict:
         return {"TILE_M": list(self.TILE_M), "TILE_N": list(self.TILE_N),
                 "occupancy": list(self.occupancy), "num_ctas": list(self.num_ctas),
-                "max_tile": self.max_tile, "knobs": {k: list(v) for k, v in self.knobs.items()}}
+                "max_tile": self.max_tile, "knobs": {k: list(v) for k, v in self.knobs.items()},
+                "exclude": [dict(e) for e in self.exclude]}
+
+
+def excluded(cfg: dict, exclude) -> bool:
+    """Whether config ``cfg`` matches every key of some entry of ``exclude`` (a sequence of
+    dicts or of (key, value) pairs)."""
+    return any(all(cfg.get(k) == v for k, v in dict(e).items()) for e in exclude)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,7 +373,7 @@ _GPU = {"kernel": {"shapes", "dtypes", "causal", "rel_l2", "nonfinite", "sim_agr
         "sweep": {"shapes", "dtypes", "causal", "tflops", "tuned_vs_default"}}
 _FLOOR = {"arch", "floor", "verified", "source", "head_dim", "min_seq", "causal", "dtype"}
 _VARIANT = {"dtype", "head_dim", "causal", "mask", "tiles"}
-_SWEEP = {"TILE_M", "TILE_N", "occupancy", "num_ctas", "max_tile", "knobs", "note"}
+_SWEEP = {"TILE_M", "TILE_N", "occupancy", "num_ctas", "max_tile", "knobs", "note", "exclude"}
 
 
 def _sim_agreement(v: _V, path, x):
@@ -513,11 +524,38 @@ def _sweep(v: _V, raw, targets: dict) -> dict:
                 if r is not None:
                     knobs[name] = tuple(r)
         note = v.string(f"{path}.note", b["note"]) if "note" in b else ""
-        if all(lists.get(k) for k in ("TILE_M", "TILE_N", "occupancy", "num_ctas")):
-            out[arch] = SweepSpace(arch, *(tuple(lists[k]) for k in
-                                           ("TILE_M", "TILE_N", "occupancy", "num_ctas")),
-                                   max_tile=mt, knobs=knobs, note=note or "")
+        exclude = _exclude(v, f"{path}.exclude", b["exclude"], {**lists, **knobs}) \
+            if "exclude" in b else ()
+        if all(lists.get(k) for k in ("TILE_M", "TILE_N", "occupancy", "num_ctas")) \
+                and exclude is not None:
+            sp = SweepSpace(arch, *(tuple(lists[k]) for k in
+                                    ("TILE_M", "TILE_N", "occupancy", "num_ctas")),
+                            max_tile=mt, knobs=knobs, note=note or "", exclude=exclude)
+            if not sp.configs():
+                v.err(f"{path}.exclude", "excludes every config of the space")
+            out[arch] = sp
     return out
+
+
+def _exclude(v: _V, path, raw, lists: dict):
+    """[sweep.<arch>].exclude: a list of tables, each naming keys of the space (TILE_M,
+    TILE_N, occupancy, num_ctas or a knob) with one of that key's values. Returns a tuple
+    of sorted (key, value) tuples, or None after an error."""
+    def one(p, x):
+        t = v.table(p, x, set(lists))
+        if t is None:
+            return None
+        if not t:
+            return v.err(p, "an empty entry would exclude every config")
+        if not set(t) <= set(lists):
+            return None                   # unknown key: table() said so
+        for k, val in t.items():
+            if lists.get(k) is not None and val not in lists[k]:   # None: reported above
+                return v.err(f"{p}.{k}", f"{val!r} is not among the space's {k} values "
+                                         f"{list(lists[k])}")
+        return tuple(sorted(t.items()))
+    r = v.lst(path, raw, one)
+    return None if r is None else tuple(r)
 
 
 def _variants(v: _V, path, raw, limits):

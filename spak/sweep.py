@@ -164,6 +164,10 @@ def parse_space_args(items) -> dict:
     return out
 
 
+#: The space key holding the plan's excluded partial configs (not a list of values).
+EXCLUDE = "exclude"
+
+
 def load_space(plan_path, arch: str) -> tuple[dict, str]:
     """(space, where it came from) for ``arch``: the plan's [sweep.<arch>] lists, read with
     spak.plan's validating loader (plain TOML if that module is absent). A plan that does
@@ -188,6 +192,8 @@ def load_space(plan_path, arch: str) -> tuple[dict, str]:
                 space = {k: list(getattr(sp, k)) for k in SPACE_KEYS}
                 for k, v in (getattr(sp, "knobs", None) or {}).items():
                     space[k] = list(v)
+                if getattr(sp, "exclude", ()):
+                    space[EXCLUDE] = [dict(e) for e in sp.exclude]
                 return space, f"{p} [sweep.{arch}]"
         else:
             import tomllib
@@ -215,16 +221,20 @@ def load_space(plan_path, arch: str) -> tuple[dict, str]:
 
 
 def expand_space(space: dict) -> list[dict]:
-    """The cross product of a space, as config dicts (TILE_M, TILE_N required)."""
+    """The cross product of a space, as config dicts (TILE_M, TILE_N required), less the
+    configs matching an entry of ``space["exclude"]`` (the plan's known-bad combinations,
+    spak.plan.excluded)."""
+    from spak.plan import excluded
     for k in ("TILE_M", "TILE_N"):
         if not space.get(k):
             raise ValueError(f"the sweep space has no {k} values")
-    keys = list(SPACE_KEYS) + [k for k in space if k not in SPACE_KEYS]
+    keys = list(SPACE_KEYS) + [k for k in space if k not in SPACE_KEYS and k != EXCLUDE]
     lists = [space.get(k) or [None] for k in keys]
     seen = {}
     for combo in itertools.product(*lists):
         cfg = dict(zip(keys, combo))
-        seen.setdefault(config_id(cfg), cfg)
+        if not excluded(cfg, space.get(EXCLUDE, ())):
+            seen.setdefault(config_id(cfg), cfg)
     return list(seen.values())
 
 

@@ -61,8 +61,14 @@ def test_fmha_plan_loads():
     for arch in plan.archs:
         sp = plan.sweep_space(arch)
         assert sp.TILE_M and sp.TILE_N and sp.occupancy and sp.num_ctas
-        assert len(sp.configs()) == (len(sp.TILE_M) * len(sp.TILE_N) * len(sp.occupancy)
-                                     * len(sp.num_ctas))
+        full = len(sp.TILE_M) * len(sp.TILE_N) * len(sp.occupancy) * len(sp.num_ctas)
+        cut = sum(all(c.get(k) == v for k, v in dict(e).items())
+                  for e in sp.exclude for c in sp.configs(full_space=True))
+        assert len(sp.configs()) == full - cut
+    # sm_90 leaves out 64-row tiles over 2-CTA clusters (25-45x slower in every sweep)
+    sm90 = plan.sweep_space("sm_90")
+    assert not any(c["TILE_M"] == 64 and c["num_ctas"] == 2 for c in sm90.configs())
+    assert any(c["TILE_M"] == 128 and c["num_ctas"] == 2 for c in sm90.configs())
     # every kernel variant compiles for every target arch (what `spak compile` runs)
     kv = plan.kernel_variants()
     assert {k for k, _, _ in kv} == {"naive", "fused"}
@@ -84,6 +90,35 @@ def test_sweep_space_is_what_the_sweeper_reads():
     assert all(isinstance(x, int) for k in ("TILE_M", "TILE_N") for x in d[k])
     with pytest.raises(KeyError, match="sm_75"):
         load_plan().sweep_space("sm_75")
+
+
+def test_sweep_exclude_is_validated(real_doc):
+    doc = copy.deepcopy(real_doc)
+    doc["sweep"]["sm_90"]["exclude"] = [{"TILE_M": 32}]
+    one_error(doc, "sweep.sm_90.exclude[0].TILE_M", "32 is not among the space's TILE_M")
+    doc["sweep"]["sm_90"]["exclude"] = [{"tile_m": 64}]
+    one_error(doc, "sweep.sm_90.exclude[0].tile_m", "unknown key")
+    doc["sweep"]["sm_90"]["exclude"] = [{}]
+    one_error(doc, "sweep.sm_90.exclude[0]", "every config")
+    doc["sweep"]["sm_90"]["exclude"] = [{"TILE_M": 64}, {"TILE_M": 128}]
+    one_error(doc, "sweep.sm_90.exclude", "excludes every config")
+    doc["sweep"]["sm_90"]["exclude"] = {"TILE_M": 64}
+    one_error(doc, "sweep.sm_90.exclude", "expected a list")
+
+
+def test_exclude_reaches_the_sweeper_and_the_compile_command():
+    from spak.compile_cmd import sweep_items
+    from spak.sweep import expand_space, load_space
+    space, _ = load_space(None, "sm_90")
+    assert space["exclude"] == [{"TILE_M": 64, "num_ctas": 2}]
+    configs = expand_space(space)
+    assert len(configs) == len(load_plan().sweep_space("sm_90").configs()) == 18
+    assert not any(c["TILE_M"] == 64 and c["num_ctas"] == 2 for c in configs)
+    # a --space override keeps the plan's exclusions
+    assert len(expand_space({**space, "TILE_M": [64], "num_ctas": [1, 2]})) == 2 * 3
+    assert len(expand_space({k: v for k, v in space.items() if k != "exclude"})) == 24
+    items = sweep_items(load_plan(), ["sm_90"])
+    assert not any(i["tiles"]["TILE_M"] == 64 and i["hints"]["num_ctas"] == 2 for i in items)
 
 
 def test_step_cases_expand_shapes():

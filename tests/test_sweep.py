@@ -268,7 +268,7 @@ def test_cli_budget_exit_status_and_list(tmp_path):
     assert "store: wrote" in r3.stdout
     assert json.loads((tmp_path / "s.json").read_text())["configs"]
     lst = _cli(["--list", "--shapes", "standard", "--arch", "sm_90"], timeout=60)
-    assert lst.returncode == 0 and "estimate" in lst.stdout and "648 jobs" in lst.stdout
+    assert lst.returncode == 0 and "estimate" in lst.stdout and "504 jobs" in lst.stdout
 
 
 def test_no_gpu_is_a_clear_error(tmp_path):
