@@ -150,9 +150,9 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
     Returns dict(ok, seconds, cubin_bytes, error, kernels): ``seconds`` and ``cubin_bytes``
     are summed over the variant's kernels (naive has three), ``kernels`` lists each one as
     dict(name, seconds, cubin_bytes, registers, threads, shared_bytes, stack_bytes,
-    code_sha1, blocks_per_sm, limited_by): what the cubin asks of an SM (gpu.resources; the last two
-    are None for an arch without known SM limits). ``error`` is None or "ExceptionType: message" of the
-    first failure. The cuTile disk cache is bypassed unless ``use_cache``, so the times are
+    code_sha1, blocks_per_sm, limited_by): what the cubin asks of an SM (gpu.resources;
+    the last two are None for an arch without known SM limits). ``error`` is None or
+    "ExceptionType: message" of the first failure. The cuTile disk cache is bypassed unless ``use_cache``, so the times are
     real compile times.
     """
     result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": []}

@@ -213,12 +213,14 @@ HEADER = (f"{'variant':<38} {'arch':<7} {'config':<15} {'result':<11} {'seconds'
 
 
 def config_text(r: dict) -> str:
-    """64x128, plus /o3 and /c2 for the occupancy and num_ctas hints compiled in."""
+    """64x128, plus /o3 and /c2 for the occupancy and num_ctas hints compiled in and
+    /NAME=value for each sweep knob."""
     t = r.get("tiles")
     text = f"{t['TILE_M']}x{t['TILE_N']}" if t else "default"
     h = r.get("hints") or {}
     text += (f"/o{h['occupancy']}" if h.get("occupancy") else "")
     text += (f"/c{h['num_ctas']}" if h.get("num_ctas") else "")
+    text += "".join(f"/{k}={v}" for k, v in (t or {}).items() if k not in ("TILE_M", "TILE_N"))
     return text
 
 

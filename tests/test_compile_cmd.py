@@ -126,6 +126,8 @@ def test_the_table_shows_the_resources(capsys):
     row = _row({"TILE_M": 64, "TILE_N": 128}, {"occupancy": 3}, 128, 83040, 2, "aa")
     line = cc.format_row(row)
     assert "64x128/o3" in line and "2 (registers)" in line and " 81.1 " in line
+    knob = _row({"TILE_M": 64, "TILE_N": 64, "LAT_K": 10}, {"occupancy": 4}, 64, 41040, 4, "x")
+    assert "64x64/o4/LAT_K=10" in cc.format_row(knob)
     naive = {**row, "kernel": "naive", "kernels": [
         {**row["kernels"][0], "name": n} for n in ("naive.scores", "naive.softmax")]}
     assert cc.format_row(naive).count("2 (registers)") == 2
