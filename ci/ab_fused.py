@@ -14,7 +14,8 @@ for huge logits in 2afcd18) gets ours, and --general NAME also runs that peer wi
 RAW_MAX=False. Peers whose output differs from ours bit for bit
 are named (expected only for a different arithmetic). A peer module may define
 `peer_grid(grid[, config])`: its launch grid from ours (a peer that maps blocks to work
-differently; config: the tile sizes, occupancy and num_ctas).
+differently; config: the tile sizes, occupancy and num_ctas), and `peer_config(config, D)`:
+its own tile config instead of ours (its bits then differ from ours by the summation order).
 Prints ratios per shape and geometric means.
 """
 from __future__ import annotations
@@ -118,10 +119,16 @@ def main(argv=None):
                 if name != "new":
                     peer = peers[name.removesuffix("_general")]
                     extra = {"RAW_MAX": False} if name.endswith("_general") else {}
+                    p_tiles, p_hints = tiles, hints
+                    if hasattr(peer, "peer_config"):     # the peer's own tile config
+                        p_tiles, p_hints = split_config(
+                            peer.peer_config({**tiles, **hints}, spec.D))
+                        L = apply_hints(plan_torch("fused", q, k, v, o, causal=spec.causal,
+                                                   scale=scale, tiles=p_tiles), p_hints)
                     a = _peer_args(L[0], peer.fmha_fwd_kernel, **extra)
-                    grid = _peer_grid(peer, L[0].grid, {**tiles, **hints})
+                    grid = _peer_grid(peer, L[0].grid, {**p_tiles, **p_hints})
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
-                                                                     **hints), args=a,
+                                                                     **p_hints), args=a,
                                              grid=grid)]
                 ps.append(L)
             return ps
