@@ -3,9 +3,9 @@ size and resident blocks per SM of every sweep config of the fused kernel.
 
     source .carry/setup.sh && python ci/occupancy_check.py --out $OUT/occupancy.jsonl
 
-Each config of plans/fmha.toml's sweep space for the GPU's arch (tiles x occupancy x
-num_ctas; fp16, D 64 and 128, causal and not) is compiled to a cubin (tileiras, as
-`spak compile --sweep` does on the CPU), read by gpu.resources, then loaded by the driver
+Each config of plans/fmha.toml's sweep space for the GPU's arch (the items of
+`spak compile --sweep`: tiles x occupancy x num_ctas; fp16, D 64 and 128, causal and not)
+is compiled to a cubin (tileiras), read by gpu.resources, then loaded by the driver
 (cuModuleLoadData), which reports its own cuFuncGetAttribute values and
 cuOccupancyMaxActiveBlocksPerMultiprocessor. Rows that disagree are printed as MISMATCH
 and make the exit status 1. Cluster kernels (num_ctas > 1) may be refused by the
@@ -30,17 +30,15 @@ _ATTRS = {"max_threads": 0, "shared_bytes": 1, "stack_bytes": 3, "registers": 4}
 
 
 def _build(item: dict) -> dict:
-    """Compile one config (in a worker process) and read its cubin."""
+    """Compile one sweep item (spak.compile_cmd.sweep_items; in a worker process) and read
+    its cubin."""
     from gpu.compile import export_cubin, variant_launches
-    from gpu.resources import blocks_per_sm, read_cubin
-    (launch,) = variant_launches("fused", dtype="float16", head_dim=item["D"],
+    from gpu.resources import kernel_facts, read_cubin
+    (launch,) = variant_launches("fused", dtype="float16", head_dim=item["head_dim"],
                                  causal=item["causal"], has_mask=False, tiles=item["tiles"])
     cubin = export_cubin(launch, item["arch"], hints=item["hints"])
-    (k,) = read_cubin(cubin)
-    blocks, limiter = blocks_per_sm(k, item["arch"])
-    return {**item, "cubin": cubin.hex(), "name": k.name, "ours": {
-        "registers": k.registers, "threads": k.threads, "shared_bytes": k.shared_bytes,
-        "stack_bytes": k.stack_bytes, "blocks_per_sm": blocks, "limited_by": limiter}}
+    return {**item, "cubin": cubin.hex(), "name": read_cubin(cubin)[0].name,
+            "ours": kernel_facts(cubin, item["arch"])}
 
 
 class Driver:
@@ -89,20 +87,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from gpu.variants import HINT_KEYS
+    from spak.compile_cmd import config_text, sweep_items
     from spak.plan import load_plan
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
     gpu = torch.cuda.get_device_name()
-    space = load_plan().sweep_space(arch)
-    items = []
-    for cfg in space.configs():
-        tiles = {k: v for k, v in cfg.items() if k not in HINT_KEYS}
-        hints = {k: cfg[k] for k in HINT_KEYS if cfg.get(k) is not None}
-        for d in (64, 128):
-            for causal in (False, True):
-                items.append({"arch": arch, "D": d, "causal": causal, "tiles": tiles,
-                              "hints": hints})
+    items = [dict(i) for i in sweep_items(load_plan(), [arch], ["fused"])]
     print(f"{gpu} ({arch}) {time.strftime('%Y-%m-%d %H:%M')}: {len(items)} builds", flush=True)
     t0 = time.time()
     with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
@@ -118,9 +108,8 @@ def main(argv=None) -> int:
             keys = ["registers", "shared_bytes", "stack_bytes", "blocks_per_sm"]
             differ = [k for k in keys if k in theirs and theirs[k] != ours[k]]
             bad += bool(differ)
-            cfg = (f"D={b['D']} {'causal' if b['causal'] else 'noncausal':9} "
-                   f"{b['tiles']['TILE_M']}x{b['tiles']['TILE_N']}"
-                   + "".join(f"/{k[0]}{v}" for k, v in b["hints"].items()))
+            cfg = (f"D={b['head_dim']} {'causal' if b['causal'] else 'noncausal':9} "
+                   f"{config_text(b)}")
             print(f"{'MISMATCH ' + ','.join(differ) if differ else 'ok':<24} {cfg:<34} "
                   f"ours {ours['registers']:>3} regs {ours['shared_bytes']:>6} B "
                   f"{ours['blocks_per_sm']}/SM ({ours['limited_by']}); driver "

@@ -29,7 +29,7 @@ from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSig
                                    ScalarConstraint, export_kernel)
 
 from .plan import KERNELS, default_tiles, int64_variant, plan_fmha
-from .resources import SM_LIMITS, blocks_per_sm, read_cubin
+from .resources import kernel_facts
 from .variants import check_hints, with_hints
 
 #: --gpu-name values tileiras 13.4 lists (``tileiras --help``); sm_75 and older are refused.
@@ -171,7 +171,7 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
                 cubin = export_cubin(launch, arch, assume=assume, hints=hints)
                 result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
                                           "seconds": time.perf_counter() - t0,
-                                          **_resources(cubin, arch)})
+                                          **kernel_facts(cubin, arch)})
                 result["cubin_bytes"] += len(cubin)
         result["ok"] = True
     except Exception as exc:   # a failed variant is a result, not a crash
@@ -188,17 +188,6 @@ def export_cubin(launch, arch: str, *, assume: str = "launch",
     export_kernel(kernel, [_signature(kernel, launch.args, assume)], buf, gpu_code=arch,
                   output_format="cubin")
     return buf.getvalue()
-
-
-def _resources(cubin: bytes, arch: str) -> dict:
-    """The cubin's (single) kernel's SM resources, see compile_variant."""
-    (k,) = read_cubin(cubin)
-    out = {"registers": k.registers, "threads": k.threads, "shared_bytes": k.shared_bytes,
-           "stack_bytes": k.stack_bytes, "code_sha1": k.code_sha1,
-           "blocks_per_sm": None, "limited_by": None}
-    if arch in SM_LIMITS and k.threads:
-        out["blocks_per_sm"], out["limited_by"] = blocks_per_sm(k, arch)
-    return out
 
 
 class _disk_cache:

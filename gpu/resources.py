@@ -28,7 +28,7 @@ import struct
 from typing import Optional
 
 __all__ = ["KernelResources", "SMLimits", "SM_LIMITS", "read_cubin", "blocks_per_sm",
-           "occupancy_report"]
+           "kernel_facts"]
 
 # .nv.info record attributes (the EIATTR_* codes cuobjdump -elf names).
 _EIATTR_REQNTID = 0x10         # required block size (x, y, z), u32 each
@@ -200,9 +200,14 @@ def blocks_per_sm(k: KernelResources, arch: str, threads: Optional[int] = None) 
     return by[limiter], limiter
 
 
-def occupancy_report(k: KernelResources, arch: str) -> dict:
-    """The JSON-friendly facts of one kernel on one arch."""
-    blocks, limiter = blocks_per_sm(k, arch)
-    return {"name": k.name, "registers": k.registers, "threads": k.threads,
-            "shared_bytes": k.shared_bytes, "stack_bytes": k.stack_bytes,
-            "code_sha1": k.code_sha1, "blocks_per_sm": blocks, "limited_by": limiter}
+def kernel_facts(cubin: bytes, arch: str) -> dict:
+    """The JSON-friendly facts of a one-kernel cubin on ``arch``: registers, threads,
+    shared_bytes, stack_bytes, code_sha1, blocks_per_sm and limited_by (the last two None
+    for an arch without known limits or a kernel without a fixed block size)."""
+    (k,) = read_cubin(cubin)
+    out = {"registers": k.registers, "threads": k.threads, "shared_bytes": k.shared_bytes,
+           "stack_bytes": k.stack_bytes, "code_sha1": k.code_sha1,
+           "blocks_per_sm": None, "limited_by": None}
+    if arch in SM_LIMITS and k.threads:
+        out["blocks_per_sm"], out["limited_by"] = blocks_per_sm(k, arch)
+    return out

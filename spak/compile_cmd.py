@@ -81,7 +81,7 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
     The hints are compiled in: tileiras sizes registers and shared-memory buffers for the
     occupancy asked, so the resource columns show what each config really gets.
     """
-    from gpu.variants import HINT_KEYS
+    from gpu.variants import split_config
     items = []
     for s in plan.steps:
         if s.kind != "sweep" or (kernels is not None and s.kernel not in set(kernels)):
@@ -90,8 +90,7 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
             if arch not in plan.sweep:
                 continue
             for cfg in plan.sweep[arch].configs():
-                tiles = {k: v for k, v in cfg.items() if k not in HINT_KEYS}
-                hints = {k: cfg[k] for k in HINT_KEYS if cfg.get(k) is not None}
+                tiles, hints = split_config(cfg)
                 for d in (64, 128):
                     for causal in (False, True):
                         items.append(CompileItem(kernel=s.kernel, arch=arch, dtype="fp16",

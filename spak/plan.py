@@ -123,13 +123,13 @@ class SweepSpace:
     #: partial configs to leave out: a config matching every key of one entry is skipped
     exclude: tuple = ()
 
-    def configs(self, full_space: bool = False) -> list[dict]:
-        """The cross product less the excluded (all of it if ``full_space``), as dicts
-        {"TILE_M", "TILE_N", "occupancy", "num_ctas", knobs...}."""
+    def configs(self) -> list[dict]:
+        """The cross product less the excluded, as dicts {"TILE_M", "TILE_N", "occupancy",
+        "num_ctas", knobs...}."""
         names = ["TILE_M", "TILE_N", "occupancy", "num_ctas", *self.knobs]
         lists = [self.TILE_M, self.TILE_N, self.occupancy, self.num_ctas, *self.knobs.values()]
         return [c for c in (dict(zip(names, combo)) for combo in itertools.product(*lists))
-                if full_space or not excluded(c, self.exclude)]
+                if not excluded(c, self.exclude)]
 
     def tile_pairs(self) -> list[tuple[int, int]]:
         return list(itertools.product(self.TILE_M, self.TILE_N))
