@@ -80,9 +80,9 @@ def main(argv=None):
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from gpu.launch import plan_torch, run
-    from gpu.plan import default_tiles
-    from gpu.variants import apply_hints, split_config, with_hints
+    from spak.gpu.launch import plan_torch, run
+    from spak.gpu.plan import default_tiles
+    from spak.gpu.variants import apply_hints, split_config, with_hints
     from spak import tuned
     import dataclasses
 

@@ -79,7 +79,7 @@ def rel_l2(a, b):
 def tuned_vs_default(out_dir, args):
     import torch
     import spak
-    from gpu.plan import default_tiles
+    from spak.gpu.plan import default_tiles
     from torch.nn.attention import SDPBackend, sdpa_kernel
     emit = _writer(out_dir / "tuned-vs-default.jsonl")
     rows = []

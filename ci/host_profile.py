@@ -47,7 +47,7 @@ def main(argv=None):
     import cuda.tile as ct
     import spak
     from spak import api
-    from gpu import launch as gl
+    from spak.gpu import launch as gl
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     B, H, S, D = map(int, args.shape.split("x"))

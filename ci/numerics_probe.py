@@ -45,7 +45,7 @@ def main():
     out = Path(args.out)
     import torch
     import cuda.tile as ct
-    from gpu.probes import kernels as P
+    from spak.gpu.probes import kernels as P
     st = torch.cuda.current_stream()
     rng = np.random.default_rng(2026)
     dev = "cuda"

@@ -45,7 +45,7 @@ class GpuBackend:
     def __init__(self):
         import torch
         import cuda.tile as ct
-        from gpu.probes import kernels as P
+        from spak.gpu.probes import kernels as P
         self.torch, self.ct, self.P = torch, ct, P
         self.st = torch.cuda.current_stream()
 
@@ -70,9 +70,9 @@ class SimBackend:
     """The same probe kernels in the simulator (a dry run: offsets come out all zero)."""
 
     def __init__(self):
-        import sim
-        from sim.numerics import Sm90
-        from gpu.probes import kernels as P
+        from spak import sim
+        from spak.sim.numerics import Sm90
+        from spak.gpu.probes import kernels as P
         self.sim, self.P = sim, P
         self.model = Sm90(tables=None)
 
@@ -90,7 +90,7 @@ class SimBackend:
 
 def tables(y_pos, y_neg, q1, q2):
     import cuda.tile as ct
-    from sim.numerics import Sm90
+    from spak.sim.numerics import Sm90
     ref = Sm90(tables=None)
     frac = np.arange(N23, dtype=np.uint32)
     x_pos = (np.uint32(0x3F800000) | frac).view(np.float32)

@@ -32,8 +32,8 @@ _ATTRS = {"max_threads": 0, "shared_bytes": 1, "stack_bytes": 3, "registers": 4}
 def _build(item: dict) -> dict:
     """Compile one sweep item (spak.compile_cmd.sweep_items; in a worker process) and read
     its cubin."""
-    from gpu.compile import export_cubin, variant_launches
-    from gpu.resources import kernel_facts, read_cubin
+    from spak.gpu.compile import export_cubin, variant_launches
+    from spak.gpu.resources import kernel_facts, read_cubin
     (launch,) = variant_launches("fused", dtype="float16", head_dim=item["head_dim"],
                                  causal=item["causal"], has_mask=False, tiles=item["tiles"])
     cubin = export_cubin(launch, item["arch"], hints=item["hints"])

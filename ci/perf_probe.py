@@ -55,10 +55,10 @@ def main():
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
-    from gpu.launch import fmha_into
-    from gpu.plan import plan_fmha
-    from gpu.variants import with_hints
-    from gpu.launch import run as run_launches, torch_alloc
+    from spak.gpu.launch import fmha_into
+    from spak.gpu.plan import plan_fmha
+    from spak.gpu.variants import with_hints
+    from spak.gpu.launch import run as run_launches, torch_alloc
 
     t_start = time.time()
     out_f = open(args.out, "a")

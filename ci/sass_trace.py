@@ -48,7 +48,7 @@ def nvdisasm() -> str:
 
 def compile_sass(dtype, head_dim, causal, mask) -> list[str]:
     from cuda.tile.compilation import export_kernel
-    from gpu.compile import _signature, variant_launches
+    from spak.gpu.compile import _signature, variant_launches
     launch = variant_launches("fused", dtype=dtype, head_dim=head_dim, causal=causal,
                               has_mask=mask)[0]
     buf = io.BytesIO()

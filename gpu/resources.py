@@ -9,7 +9,7 @@ occupancy 4 drop to 64 registers (4 blocks). This module reads
 those numbers from the cubin and computes the resident blocks per SM the way the CUDA
 occupancy calculator does, so a sweep space can be checked before any GPU time is spent.
 
-    from gpu.resources import read_cubin, blocks_per_sm
+    from spak.gpu.resources import read_cubin, blocks_per_sm
     for k in read_cubin(cubin_bytes):
         print(k.name, k.registers, k.threads, k.shared_bytes, blocks_per_sm(k, "sm_90"))
 

@@ -1,6 +1,6 @@
 """spak's CPU simulator of cuTile tile kernels.
 
-    import sim
+    from spak import sim
     report = sim.launch(kernel, grid, (q, k, v, out, scale, ...), model="sm_90")
 
 `kernel` is a `@ct.kernel`; numpy array arguments are read and written in place (wrap

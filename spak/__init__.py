@@ -5,7 +5,20 @@ The same cuTile kernel runs on the CPU simulator (`sim/`) and on the GPU
 references and reports. Importing `spak` stays cheap (no torch, no cuTile):
 submodules load what they need when used.
 """
+import os as _os
+
 __version__ = "0.1.0"
+
+# The simulator (sim/) and the kernels (gpu/) live beside spak/ in the repository and
+# install as spak.sim and spak.gpu (pyproject.toml's package-dir). A source tree used
+# without installing it (a copy on a GPU machine, `python -m spak` from the root) has
+# no spak/sim: adding the repository root to this package's path makes the same names
+# resolve there. An installed wheel has spak/sim itself and no sibling sim/.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if (not _os.path.isdir(_os.path.join(__path__[0], "sim"))
+        and _os.path.isfile(_os.path.join(_root, "sim", "__init__.py"))
+        and _os.path.isfile(_os.path.join(_root, "gpu", "__init__.py"))):
+    __path__.append(_root)
 
 
 def __getattr__(name):

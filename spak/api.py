@@ -197,7 +197,7 @@ def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
                   tiles: Optional[dict] = None) -> dict:
     """The launch config: `tiles` as given (filled up from defaults), else the tuned store's
     entry (all of its keys: tiles, knobs and hints), else the default tiles."""
-    from gpu.plan import default_tiles
+    from spak.gpu.plan import default_tiles
     arch, gpu_name = _device_info(device)
     base = default_tiles(D, arch, causal)
     if tiles:
@@ -261,7 +261,7 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The custom op's CUDA body; arguments already validated by fmha()."""
     # imported here so that importing spak.api needs no cuTile; per call, `import a.b as c`
     # costs a third of `from a.b import x, y`
-    import gpu.launch as gl
+    import spak.gpu.launch as gl
     B, Hq, Sq, D = q.shape
     Sk, Dv = k.shape[2], v.shape[3]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()

@@ -34,7 +34,7 @@ def agreement(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
     """Rows (op, case group, % bit-identical, worst ulp) of the model on recorded probes."""
     import numpy as np
     import cuda.tile as ct
-    from sim.numerics import get_model
+    from spak.sim.numerics import get_model
     m = get_model(model_name)
     rows = []
     for dt in ("fp16", "bf16"):

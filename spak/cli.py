@@ -147,7 +147,7 @@ def _load_run_case() -> Callable[..., dict]:
 def _sim_models():
     """The simulator's numeric model names, or None when it cannot be imported."""
     try:
-        from sim.numerics import MODELS
+        from spak.sim.numerics import MODELS
     except ImportError:
         return None
     return set(MODELS)

@@ -81,7 +81,7 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
     The hints are compiled in: tileiras sizes registers and shared-memory buffers for the
     occupancy asked, so the resource columns show what each config really gets.
     """
-    from gpu.variants import split_config
+    from spak.gpu.variants import split_config
     items = []
     for s in plan.steps:
         if s.kind != "sweep" or (kernels is not None and s.kernel not in set(kernels)):
@@ -133,8 +133,8 @@ def supported_archs(tileiras: Optional[str] = "auto") -> tuple[Optional[list[str
 # ------------------------------------------------------------------------ compile
 
 def _compile_one(item: dict) -> dict:
-    from gpu.compile import compile_variant
-    from gpu.plan import default_tiles
+    from spak.gpu.compile import compile_variant
+    from spak.gpu.plan import default_tiles
     tiles = item.get("tiles")
     if not tiles:
         try:      # newer gpu.plan picks tiles per causal flag too

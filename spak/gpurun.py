@@ -42,7 +42,7 @@ import zlib
 from pathlib import Path
 from typing import Optional
 
-from gpu.variants import apply_hints, split_config
+from spak.gpu.variants import apply_hints, split_config
 
 from spak import __version__
 from spak.metrics import GATES
@@ -485,8 +485,8 @@ def _dump_slice(dump: dict, key, q, k, v, mask, gpu, scale, causal, dtype, tiles
 def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> list[dict]:
     """All rows for one shape: our kernels (checked, simulated, timed) and SDPA's backends."""
     import torch
-    from gpu.launch import plan_torch, run as run_plan
-    from gpu.plan import plan_fmha
+    from spak.gpu.launch import plan_torch, run as run_plan
+    from spak.gpu.plan import plan_fmha
     from spak.api import kernel_mask
     from spak import gpu_env
 
@@ -652,7 +652,7 @@ def _time_providers(rows: list[dict], timers: dict, n_sets: int, *, seed: int,
 
 def _sim_model(arch: str) -> str:
     try:
-        import sim
+        from spak import sim
         return arch if arch in sim.MODELS else "sm_90"
     except ImportError:
         return "sm_90"

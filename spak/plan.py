@@ -322,7 +322,7 @@ class _V:
 
 def _known_kernels() -> tuple[str, ...]:
     try:
-        from gpu.plan import KERNELS
+        from spak.gpu.plan import KERNELS
         return tuple(KERNELS)
     except Exception:  # noqa: BLE001 -- cuTile missing: the kernels' names are still these
         return ("fused", "naive")
@@ -330,7 +330,7 @@ def _known_kernels() -> tuple[str, ...]:
 
 def _known_models() -> tuple[str, ...]:
     try:
-        from sim.numerics import MODELS
+        from spak.sim.numerics import MODELS
         return tuple(MODELS)
     except Exception:  # noqa: BLE001
         return ("sm_90", "sm_120", "ieee")

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import cuda.tile as ct
 
-import sim
-from gpu.plan import plan_fmha
+from spak import sim
+from spak.gpu.plan import plan_fmha
 from spak.metrics import gate_for, max_abs, nonfinite_count, passes_gate, rel_l2
 from spak.problems import ProblemSpec, make_inputs
 from spak.reference import attention_f64

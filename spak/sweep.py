@@ -114,7 +114,7 @@ def knob_keys() -> tuple:
     """Kernel Constant knobs a config may carry besides the tiles (gpu.plan.LATENCY_KEYS:
     LAT_K, LAT_V, DRAM latency hints 1..10, 0 = the compiler's choice)."""
     try:
-        from gpu import plan
+        from spak.gpu import plan
     except ImportError:
         return ()
     return tuple(getattr(plan, "LATENCY_KEYS", ()))
@@ -315,7 +315,7 @@ def plan_jobs(kernel: str, specs, configs, *, arch: str = "sm_90", default: bool
     """Every job, in run order: SDPA per shape first (no compile: they run while the
     helpers compile), then the default tiles per shape, then config by config over the
     shapes (consecutive jobs share a compiled variant)."""
-    from gpu.plan import default_tiles
+    from spak.gpu.plan import default_tiles
     jobs = []
     for spec in specs:
         for name in sdpa:

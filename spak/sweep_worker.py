@@ -344,8 +344,8 @@ class GpuRunner:
 
     def _run_ours(self, job, spec, data) -> dict:
         torch = self.torch
-        from gpu.plan import default_tiles, plan_fmha
-        from gpu.variants import apply_hints, split_config
+        from spak.gpu.plan import default_tiles, plan_fmha
+        from spak.gpu.variants import apply_hints, split_config
         cfg = job.get("config") or default_tiles(spec.D, self.arch, spec.causal)
         try:
             tiles, hints = split_config(cfg)
@@ -399,8 +399,8 @@ class GpuRunner:
         specialisation as the real problem (see tiny_dim): the cubin lands in cuTile's disk
         cache, so the measuring worker's first launch only re-runs the front end."""
         torch = self.torch
-        from gpu.plan import plan_fmha
-        from gpu.variants import apply_hints, split_config
+        from spak.gpu.plan import plan_fmha
+        from spak.gpu.variants import apply_hints, split_config
         dt = torch.float16 if unit["dtype"] == "fp16" else torch.bfloat16
         t0 = time.perf_counter()
         try:

@@ -279,7 +279,7 @@ def test_requires_grad_with_grad_enabled_takes_the_op(rec, which):
 
 def _real_op_on_cpu(monkeypatch, tmp_path):
     """The real _impl and op, with fmha_into and the CUDA device/stream queries stubbed."""
-    import gpu.launch as gl
+    import spak.gpu.launch as gl
     monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(tmp_path / "none.json"))
     monkeypatch.setattr(api, "_device_info", lambda device: (ARCH, GPU))
     monkeypatch.setattr(api, "validate",
@@ -412,7 +412,7 @@ def test_fast_path_and_op_path_launch_the_same(monkeypatch, tmp_path):
 
 def test_fmha_into_cached_path_launches_with_the_given_or_current_stream(monkeypatch):
     import cuda.tile as ct
-    import gpu.launch as gl
+    import spak.gpu.launch as gl
     launches = []
     monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, args:
                         launches.append((stream, grid, kernel, args)))
@@ -433,7 +433,7 @@ def test_fmha_into_cached_path_launches_with_the_given_or_current_stream(monkeyp
 
 
 def test_current_raw_stream_asks_the_device_once(monkeypatch):
-    import gpu.launch as gl
+    import spak.gpu.launch as gl
     asked = []
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: ("raw", dev),
                         raising=False)

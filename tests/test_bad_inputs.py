@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import cuda.tile as ct
 
-import sim
-from gpu.plan import plan_fmha
+from spak import sim
+from spak.gpu.plan import plan_fmha
 from spak import cli, report, store, sweep, tuned
 from spak.simrun import simulate_fmha
 from tests import sim_kernels as K
@@ -280,7 +280,7 @@ def test_plan_fmha_rejects_bad_input_naming_it(exc, names, call):
 
 
 def test_scale_bound_is_the_same_in_spak_fmha_and_the_plan():
-    from gpu import plan
+    from spak.gpu import plan
     api = pytest.importorskip("spak.api")
     assert api.MAX_SCALE == plan.MAX_SCALE
     torch = pytest.importorskip("torch")
@@ -297,7 +297,7 @@ def test_raw_max_multiplier_is_a_power_of_two_within_2x_of_c(scale):
     it, and the huge-row multiplier 2^k with c/2 < 2^k <= c (gpu/kernels/fused.py)."""
     import math
     import numpy as np
-    from gpu.plan import raw_max_args
+    from spak.gpu.plan import raw_max_args
     raw, c_pow2 = raw_max_args(scale, has_mask=False)
     c = float(np.float32(np.float32(scale) * np.float32(1.4426950408889634)))
     assert raw
@@ -310,7 +310,7 @@ def test_raw_max_multiplier_is_a_power_of_two_within_2x_of_c(scale):
 def test_zero_negative_and_subnormal_scales_take_the_general_path(scale):
     """max(x * c) == max(x) * c needs c > 0, and a c that is subnormal in float32 is 0 on
     the GPU (flush to zero): -inf * 0 = NaN for masked keys."""
-    from gpu.plan import raw_max_args
+    from spak.gpu.plan import raw_max_args
     assert raw_max_args(scale, has_mask=False) == (False, 1.0)
 
 

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("cuda.tile")
 
-from gpu.compile import TARGET_ARCHS, all_variants, compile_variant, variant_launches  # noqa: E402
-from gpu.plan import LAUNCH_NAMES, default_tiles  # noqa: E402
+from spak.gpu.compile import TARGET_ARCHS, all_variants, compile_variant, variant_launches  # noqa: E402
+from spak.gpu.plan import LAUNCH_NAMES, default_tiles  # noqa: E402
 
 # (arch, kernel, dtype, head_dim, causal, has_mask, assume, int64) -- default tiles
 COVER = [
@@ -91,8 +91,8 @@ def test_signatures_follow_the_plan():
 
 def test_int64_twins_are_annotated_and_cached():
     import cuda.tile as ct
-    from gpu.kernels import fmha_fwd_kernel
-    from gpu.plan import int64_variant
+    from spak.gpu.kernels import fmha_fwd_kernel
+    from spak.gpu.plan import int64_variant
 
     twin = int64_variant(fmha_fwd_kernel)
     assert twin is int64_variant(fmha_fwd_kernel)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import cuda.tile as ct
 
-import sim
-from sim.fma import fma_f32
-from sim.numerics import fragment_row_sum_f32, tree_sum_f32
+from spak import sim
+from spak.sim.fma import fma_f32
+from spak.sim.numerics import fragment_row_sum_f32, tree_sum_f32
 
 ConstInt = ct.Constant[int]
 

@@ -218,7 +218,7 @@ def test_oom_in_one_kernel_is_its_row_and_the_other_kernel_runs(monkeypatch, tmp
     reference, planning and launching) are replaced; the fused kernel's launch raises a CUDA
     OOM, the naive kernel's plan raises another error: two error rows, both written."""
     torch = pytest.importorskip("torch")
-    import gpu.launch
+    import spak.gpu.launch as _gpu_launch_mod
     spec = parse_spec("1x2x64x64/fp16/causal")
     g = torch.Generator().manual_seed(0)
 
@@ -233,7 +233,7 @@ def test_oom_in_one_kernel_is_its_row_and_the_other_kernel_runs(monkeypatch, tmp
     monkeypatch.setattr(gpurun, "_make_gpu_inputs", inputs)
     monkeypatch.setattr(gpurun, "reference_f64",
                         lambda spec, q, k, v, m, s: torch.zeros(q.shape, dtype=torch.float64))
-    monkeypatch.setattr(gpu.launch, "plan_torch", plan)
+    monkeypatch.setattr(_gpu_launch_mod, "plan_torch", plan)
     args = SimpleNamespace(no_time=True, no_sim=True, no_sdpa=True, max_sets=1, seed=0,
                            naive_max_gb=16.0, tiles=(64, 64), model=None, sim_heads=1,
                            sim_work=1)

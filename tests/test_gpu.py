@@ -201,11 +201,11 @@ def test_custom_op_under_torch_compile():
 def test_compile_error_is_explained(monkeypatch):
     """A cuTile compile failure reaches the user with the set-up diagnosis attached."""
     from spak import gpu_env
-    import gpu.launch
+    import spak.gpu.launch as _gpu_launch_mod
 
     def boom(*a, **k):
         raise RuntimeError("failed to compile Tile IR program")
-    monkeypatch.setattr(gpu.launch, "fmha_into", boom)
+    monkeypatch.setattr(_gpu_launch_mod, "fmha_into", boom)
     q, k, v = make(1, 1, 1, 64, 64, 64)
     with pytest.raises(gpu_env.CompilerSetupError, match="cuTile compiler set-up"):
         spak.fmha(q, k, v)

@@ -2,7 +2,7 @@
 with each call's own tensors (no GPU: ct.launch is replaced by a recorder)."""
 import torch
 
-import gpu.launch as gl
+import spak.gpu.launch as gl
 
 
 def test_fused_plan_is_reused_with_new_tensors(monkeypatch):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import cuda.tile as ct
 
-import sim
-from sim.numerics import MODELS, get_model, tree_sum_f32
-from gpu.probes import kernels as P
+from spak import sim
+from spak.sim.numerics import MODELS, get_model, tree_sum_f32
+from spak.gpu.probes import kernels as P
 
 DATA = np.load(Path(__file__).parent / "data" / "numerics_sm90.npz")
 MMA_CASES = [(dt, k) for dt in ("fp16", "bf16") for k in (16, 64)]
@@ -143,7 +143,7 @@ def test_with_the_recorded_h200_tables_exp2_and_div_match_the_probes():
     """sim/data/sm90_mufu.npz (recorded on an H200, 2026-11-22, ci/numerics_tables.py):
     exp2 and division become bit-exact on the probe fixtures (and on the full 262144-input
     probes: `spak calibrate --check --data`, 100.0000% each)."""
-    from sim.numerics import MUFU_TABLES
+    from spak.sim.numerics import MUFU_TABLES
     import os
     assert os.path.exists(MUFU_TABLES)
     m = get_model("sm_90")
@@ -156,7 +156,7 @@ def test_with_the_recorded_h200_tables_exp2_and_div_match_the_probes():
 def test_mufu_tables_are_indexed_by_the_measured_rules(tmp_path):
     """ci/numerics_tables.py's tables (offsets from the formulas) plug into the model:
     exp2 reads entry F for x >= 0 and entry 2^23-1-F for x < 0; division reads y's mantissa."""
-    from sim.numerics import Sm90
+    from spak.sim.numerics import Sm90
     n = 1 << 23
     e_off, r_off = np.zeros(n, np.int8), np.zeros(n, np.int8)
     kp, rt = 0x2ABCD0, 0x155430          # multiples of 16: x + 7, x - 20 keep the fraction

@@ -3,8 +3,8 @@
 import numpy as np
 import cuda.tile as ct
 
-import sim
-from gpu.probes import kernels as P
+from spak import sim
+from spak.gpu.probes import kernels as P
 
 
 def test_mma_probe_in_the_simulator():

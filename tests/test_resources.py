@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from gpu.resources import SM_LIMITS, KernelResources, blocks_per_sm, read_cubin
+from spak.gpu.resources import SM_LIMITS, KernelResources, blocks_per_sm, read_cubin
 
 
 # ------------------------------------------------------------------ a synthetic cubin
@@ -177,7 +177,7 @@ def test_unknown_arch_and_unknown_block_size_are_errors():
 @pytest.mark.slow
 def test_a_real_fused_build():
     pytest.importorskip("cuda.tile")
-    from gpu.compile import compile_variant
+    from spak.gpu.compile import compile_variant
     r = compile_variant("fused", arch="sm_90", dtype="float16", head_dim=64, causal=False,
                         has_mask=False, tiles={"TILE_M": 64, "TILE_N": 64},
                         hints={"occupancy": 4})
@@ -201,8 +201,8 @@ def test_cuobjdump_reads_the_same_numbers(tmp_path):
     import io
     import re
     from cuda.tile.compilation import export_kernel
-    from gpu.compile import _signature, variant_launches
-    from gpu.variants import with_hints
+    from spak.gpu.compile import _signature, variant_launches
+    from spak.gpu.variants import with_hints
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not installed")

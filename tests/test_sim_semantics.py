@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import cuda.tile as ct
 
-import sim
+from spak import sim
 from tests import sim_kernels as K
 
 RNG = np.random.default_rng(1234)

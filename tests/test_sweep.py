@@ -291,9 +291,9 @@ def test_fake_runner_is_deterministic():
 # ------------------------------------------------------------------ kernel variants
 
 def test_kernel_variants_are_cached_and_validated():
-    from gpu.kernels.fused import fmha_fwd_kernel as k
-    from gpu.plan import int64_variant
-    from gpu.variants import apply_hints, check_hints, split_config, with_hints
+    from spak.gpu.kernels.fused import fmha_fwd_kernel as k
+    from spak.gpu.plan import int64_variant
+    from spak.gpu.variants import apply_hints, check_hints, split_config, with_hints
     assert with_hints(k) is k
     v = with_hints(k, occupancy=2)
     assert v is with_hints(k, occupancy=2) and v is not k
@@ -307,7 +307,7 @@ def test_kernel_variants_are_cached_and_validated():
                 {"occupancy": True}):
         with pytest.raises(ValueError):
             check_hints(bad)
-    from gpu.plan import Launch
+    from spak.gpu.plan import Launch
     L = [Launch(k, (1, 1, 1), (), "fused")]
     assert apply_hints(L, {"occupancy": 1})[0].kernel is with_hints(k, occupancy=1)
     assert apply_hints(L, None)[0].kernel is k
@@ -318,8 +318,8 @@ def test_hinted_variant_compiles_for_sm90():
     """occupancy/num_ctas variants go through tileiras (on the CPU, no GPU needed)."""
     import io
     from cuda.tile.compilation import export_kernel
-    from gpu import compile as gc
-    from gpu.variants import apply_hints
+    from spak.gpu import compile as gc
+    from spak.gpu.variants import apply_hints
     for hints in ({"occupancy": 2}, {"num_ctas": 2}):
         L = apply_hints(gc.variant_launches("fused", dtype="float16", head_dim=64, causal=True,
                                             has_mask=False,
@@ -339,7 +339,7 @@ def cpu_gpu_runner(monkeypatch):
     kernel (so the runner's planning, hints, check, timing and error paths all execute)."""
     torch = pytest.importorskip("torch")
     import types
-    import sim
+    from spak import sim
     from spak import sweep_worker as swk
 
     class Event:
