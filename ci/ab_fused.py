@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spak.gpurun import time_alternating  # noqa: E402
-from spak.problems import select_cases  # noqa: E402
+from spak.device.gpurun import time_alternating  # noqa: E402
+from spak.attention.problems import select_cases  # noqa: E402
 
 
 def _params(kernel) -> list[str]:
@@ -83,7 +83,7 @@ def main(argv=None):
     from spak.gpu.launch import plan_torch, run
     from spak.gpu.plan import default_tiles
     from spak.gpu.variants import apply_hints, split_config, with_hints
-    from spak import tuned
+    from spak.tune import store as tuned
     import dataclasses
 
     peers = {}

@@ -20,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spak.metrics import fraction_bit_identical, max_ulp       # noqa: E402
-from spak.simrun import simulate_fmha                          # noqa: E402
+from spak.core.metrics import fraction_bit_identical, max_ulp       # noqa: E402
+from spak.cpu.simrun import simulate_fmha                          # noqa: E402
 
 
 def load(path) -> list[dict]:

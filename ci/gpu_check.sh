@@ -31,7 +31,7 @@ awkward() {  # correctness of both kernels on awkward shapes, fp16 and bf16, no 
 if [[ $mode == awkward ]]; then
   awkward 300
 elif [[ $mode == smoke ]]; then
-  step env 120 bash -c "nvidia-smi -L; $py -c 'import torch, cuda.tile as ct; print(torch.__version__, torch.version.cuda, ct.__version__, torch.cuda.get_device_name())'; $py -m spak.gpu_env"
+  step env 120 bash -c "nvidia-smi -L; $py -c 'import torch, cuda.tile as ct; print(torch.__version__, torch.version.cuda, ct.__version__, torch.cuda.get_device_name())'; $py -m spak.device.env"
   step smoke 300 $py - <<'PY'
 import math, time, torch, spak
 torch.manual_seed(0)

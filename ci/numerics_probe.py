@@ -98,7 +98,7 @@ def main():
     np.savez_compressed(out / "probe_elementwise.npz", **ex)
 
     # agreement with the simulator's models, op by op (the same code as `spak calibrate --check`)
-    from spak.calibrate import agreement
+    from spak.device.calibrate import agreement
     for model in ("sm_90", "sm_90-v0"):
         for op, group, pct, worst in agreement(model, out):
             print(f"{model} {op} {group}: {pct:.4f}% bit-identical, worst {worst} ulp")

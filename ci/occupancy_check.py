@@ -30,7 +30,7 @@ _ATTRS = {"max_threads": 0, "shared_bytes": 1, "stack_bytes": 3, "registers": 4}
 
 
 def _build(item: dict) -> dict:
-    """Compile one sweep item (spak.compile_cmd.sweep_items; in a worker process) and read
+    """Compile one sweep item (spak.device.compile_report.sweep_items; in a worker process) and read
     its cubin."""
     from spak.gpu.compile import export_cubin, variant_launches
     from spak.gpu.resources import kernel_facts, read_cubin
@@ -87,8 +87,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from spak.compile_cmd import config_text, sweep_items
-    from spak.plan import load_plan
+    from spak.device.compile_report import config_text, sweep_items
+    from spak.recipe.schema import load_plan
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
     gpu = torch.cuda.get_device_name()

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spak.gpurun import matmul_ceiling, time_events  # noqa: E402
-from spak.problems import ProblemSpec  # noqa: E402
+from spak.device.gpurun import matmul_ceiling, time_events  # noqa: E402
+from spak.attention.problems import ProblemSpec  # noqa: E402
 
 SHAPES = [(64, 1024), (64, 8192), (128, 1024), (128, 8192)]     # (D, S)
 TILES = {64: [(64, 64), (128, 64), (128, 128)], 128: [(64, 128), (128, 64), (128, 128)]}

@@ -3,7 +3,7 @@
     plan = plan_torch("fused", q, k, v, out, mask=None, causal=True, scale=None, tiles=None)
     run(plan)                                    # enqueued on torch's current stream
 
-The caller (spak.api.fmha, spak.gpurun) passes tensors already validated, 4D, contiguous,
+The caller (spak.api.fmha, spak.device.gpurun) passes tensors already validated, 4D, contiguous,
 on one CUDA device, and the mask already float32 [MB, MH, Sq, Sk] (see gpu.plan). Workspaces
 (naive's S and P, the dummy mask) are allocated with torch on q's device, so they follow
 torch's caching allocator and stream semantics.
@@ -47,7 +47,7 @@ def run(launches: Sequence[Launch], stream=None) -> None:
     """Enqueue the launches in order on ``stream`` (default: torch's current stream).
 
     cuTile compiles each kernel variant on its first launch (and caches the cubin);
-    compile errors surface here as cuTile exceptions (spak.gpu_env explains them).
+    compile errors surface here as cuTile exceptions (spak.device.env explains them).
     """
     if stream is None:
         stream = current_raw_stream()

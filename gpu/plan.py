@@ -52,7 +52,7 @@ class Launch:
 # --------------------------------------------------------------------------------------
 def default_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict[str, int]:
     """Default {"TILE_M", "TILE_N"} for a head dim, a target ("sm_90", "sm_120", ...) and
-    the causal flag. The tuned-config store (spak.tuned), when it has an entry, wins.
+    the causal flag. The tuned-config store (spak.tune.store), when it has an entry, wins.
 
     sm_90 (H100/H200), from ci/perf_probe.py on an H200 with occupancy 2 (results/
     perf-probe-h200-2026-11-22.md): D<=64: 128x128 non-causal, 128x64 causal (the

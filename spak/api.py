@@ -15,7 +15,7 @@ It mirrors ``torch.nn.functional.scaled_dot_product_attention`` where they overl
 * ``enable_gqa``: must be True when Hq != Hkv (Hq a multiple of Hkv), as in SDPA.
 * ``kernel``: "fused" (one pass, online softmax) or "naive" (three kernels through memory).
 * ``tiles``: {"TILE_M": .., "TILE_N": ..}; default: the tuned-config store
-  (spak.tuned) for this GPU, else gpu.plan.default_tiles(D, arch).
+  (spak.tune.store) for this GPU, else gpu.plan.default_tiles(D, arch).
 
 Every input is validated before anything runs (ValueError / TypeError naming the argument
 and the accepted values; docs/errors.md has the table). Non-contiguous inputs are copied.
@@ -40,7 +40,7 @@ from typing import Optional
 
 import torch
 
-from spak import tuned
+from spak.tune import store as tuned
 
 __all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_DIM"]
 
@@ -219,7 +219,7 @@ _lookup_cache: dict = {}
 
 
 def _lookup(gpu_name, kernel, dtype, D, causal, Sk):
-    """spak.tuned.lookup, memoised per (problem class, store file version)."""
+    """spak.tune.store.lookup, memoised per (problem class, store file version)."""
     key = (gpu_name, kernel, dtype, D, causal, tuned.seq_bucket(Sk), _store_version())
     if key not in _lookup_cache:
         _lookup_cache[key] = tuned.lookup(gpu_name, kernel, dtype, D, causal, Sk)
@@ -287,7 +287,7 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             gl.fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
                          tiles=tiles, hints=hints, stream=gl.current_raw_stream(dev))
     except Exception as exc:
-        from spak import gpu_env
+        from spak.device import env as gpu_env
         if gpu_env.is_compile_error(exc):
             raise gpu_env.explain(exc, arch=device_arch(device)) from exc
         raise

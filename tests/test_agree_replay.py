@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spak.gpurun import _dump_slice
-from spak.simrun import simulate_fmha
+from spak.device.gpurun import _dump_slice
+from spak.cpu.simrun import simulate_fmha
 
 _spec = importlib.util.spec_from_file_location(
     "agree_replay", Path(__file__).resolve().parents[1] / "ci" / "agree_replay.py")

@@ -18,7 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import spak  # noqa: E402
-from spak import api, tuned  # noqa: E402
+from spak import api  # noqa: E402
+from spak.tune import store as tuned
 
 F16, BF16 = torch.float16, torch.bfloat16
 GPU, ARCH = "NVIDIA H100 80GB HBM3", "sm_90"

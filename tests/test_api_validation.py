@@ -3,7 +3,7 @@
 Each case asserts the exception type and that the message names the argument. The
 device check comes last, so shape/dtype/mask/scale errors are reported for CPU tensors too,
 and a fully valid call with CPU tensors fails on the device, naming q/k/v and CUDA.
-Also here: the tuned-config store and the compiler diagnosis (spak.tuned, spak.gpu_env),
+Also here: the tuned-config store and the compiler diagnosis (spak.tune.store, spak.device.env),
 and `spak run`'s CPU-side helpers (slicing for the simulator, stats, results file).
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import spak  # noqa: E402
-from spak import gpu_env, tuned  # noqa: E402
+from spak.device import env as gpu_env  # noqa: E402
+from spak.tune import store as tuned
 from spak.api import validate  # noqa: E402
 
 F16, BF16 = torch.float16, torch.bfloat16
@@ -146,7 +147,7 @@ def test_zero_size_dims_are_valid_shapes():
 def test_import_spak_does_not_import_torch():
     import subprocess
     import sys
-    code = ("import sys, spak, spak.cli, spak.gpurun, spak.tuned, spak.gpu_env; "
+    code = ("import sys, spak, spak.cli, spak.device.gpurun, spak.tune.store, spak.device.env; "
             "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
@@ -293,7 +294,7 @@ def test_explain_wraps_compile_errors():
 # ------------------------------------------------------------------ spak run helpers (CPU)
 
 def test_sim_slice_is_tile_aligned_and_bounded():
-    from spak.gpurun import sim_slice
+    from spak.device.gpurun import sim_slice
     s = sim_slice(1, 32, 32, 16384, 16384, 64, 64, heads=1, work=1 << 29)
     assert s["r0"] % 64 == 0 and s["rows"] * 16384 * 64 <= (1 << 29) + 64 * 16384 * 64
     assert s["hq"] == 1 and s["hkv"] == 1 and not s["full"]
@@ -311,9 +312,9 @@ def test_sim_slice_reproduces_the_full_problem_bit_for_bit(case):
     """The simulator on spak run's slice gives the same bits as on the whole problem: so
     comparing the GPU's slice with the simulated slice is a fair test."""
     from types import SimpleNamespace
-    from spak.gpurun import _simulate
-    from spak.problems import make_inputs, parse_spec
-    from spak.simrun import kernel_mask, simulate_fmha
+    from spak.device.gpurun import _simulate
+    from spak.attention.problems import make_inputs, parse_spec
+    from spak.cpu.simrun import kernel_mask, simulate_fmha
     spec = parse_spec(case)
     inp = make_inputs(spec, 0)
     full, _ = simulate_fmha("fused", inp.q, inp.k, inp.v, mask=inp.mask, causal=spec.causal,
@@ -329,7 +330,7 @@ def test_sim_slice_reproduces_the_full_problem_bit_for_bit(case):
 
 
 def test_stats_and_results_file(tmp_path):
-    from spak.gpurun import append_jsonl, stats
+    from spak.device.gpurun import append_jsonl, stats
     s = stats([3.0, 1.0, 2.0, 4.0, 100.0])
     assert s["ms_median"] == 3.0 and s["ms_min"] == 1.0 and s["runs"] == 5
     p = tmp_path / "r.jsonl"

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from spak.archs import (ARCHS, PROFILES, arch_for_capability, capability_for_arch, from_torch,
+from spak.device.archs import (ARCHS, PROFILES, arch_for_capability, capability_for_arch, from_torch,
                         lookup, peak_tflops, percent_of_ceiling, percent_of_peak, profile_table)
-from spak.plan import load_plan
+from spak.recipe.schema import load_plan
 
 
 @pytest.mark.parametrize("name,key", [

@@ -3,12 +3,12 @@ argument (or field, or file). Complements tests/test_api_validation.py (spak.fmh
 validate()) with the other public entry points:
 
 * the simulator: ``sim.launch`` and ``sim.SimArray``;
-* the CPU loop: ``spak.simrun.simulate_fmha`` and ``gpu.plan.plan_fmha``;
+* the CPU loop: ``spak.cpu.simrun.simulate_fmha`` and ``gpu.plan.plan_fmha``;
 * the command line: usage errors exit 2 with a message on stderr naming the argument,
   never a traceback; a malformed plan file exits 2 naming the file;
 * files: a truncated or corrupt results JSONL (``spak report``, ``spak sweep --resume``'s
   reader, ``spak store update``), leaderboard, or tuned-config store (``spak store show``
-  exits 1 naming the file; ``spak.tuned.lookup`` warns and falls back to None).
+  exits 1 naming the file; ``spak.tune.store.lookup`` warns and falls back to None).
 
 docs/errors.md is the policy table these cases pin down.
 """
@@ -27,8 +27,12 @@ import cuda.tile as ct
 
 from spak import sim
 from spak.gpu.plan import plan_fmha
-from spak import cli, report, store, sweep, tuned
-from spak.simrun import simulate_fmha
+from spak import cli
+from spak.report import build as report
+from spak.tune import choose as store
+from spak.tune import sweep
+from spak.tune import store as tuned
+from spak.cpu.simrun import simulate_fmha
 from tests import sim_kernels as K
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,7 +323,7 @@ def test_every_single_field_mutation_of_the_plan_is_a_plan_error():
     parse_plan either accepts it or raises PlanError listing the problem; never another
     exception (which `spak plan`/`spak compile` would show as a traceback)."""
     import copy
-    from spak.plan import DEFAULT_PLAN, PlanError, _toml, parse_plan
+    from spak.recipe.schema import DEFAULT_PLAN, PlanError, _toml, parse_plan
     doc = _toml().loads(DEFAULT_PLAN.read_text())
     paths = []
 
@@ -490,7 +494,7 @@ def _result_row(cid, tflops, *, S=2048, provider="spak-fused", **extra):
     cfg = None if provider.startswith("sdpa") else {
         "TILE_M": int(cid.split("x")[0]), "TILE_N": int(cid.split("x")[1].split("/")[0]),
         "occupancy": None, "num_ctas": None}
-    return {"schema": "spak.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
+    return {"schema": "spak.tune.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
             "arch": "sm_90", "commit": "c0ffee", "date": "2026-11-22T03:00:00Z",
             "kernel": "fused", "case": f"{B}x{H}x{S}x{D}/fp16/noncausal",
             "shape": f"{B}x{H}x{S}x{D}", "B": B, "Hq": H, "Hkv": H, "Sq": S, "Sk": S, "D": D,
@@ -504,7 +508,7 @@ GOOD_ROWS = [_result_row("64x64", 300.0), _result_row("128x64", 350.0),
 
 # (id, the text appended after the good rows, what the readers must report)
 CORRUPT_TAILS = [
-    ("torn-last-line", '{"schema": "spak.sweep/1", "kind": "res', "corrupt line"),
+    ("torn-last-line", '{"schema": "spak.tune.sweep/1", "kind": "res', "corrupt line"),
     ("nul-padding", "\x00" * 64, "corrupt line"),
     ("invalid-utf8", "\udcff\udcfe garbage\n", "corrupt line"),
     ("schema-not-a-string", '{"schema": 5, "kind": "result"}\n', "'schema' must be a string"),
@@ -564,7 +568,7 @@ def test_sweep_resume_skips_a_result_row_without_its_keys():
 
 
 def test_plan_gpu_results_reader_survives_a_corrupt_file(tmp_path):
-    from spak.plan_runner import read_jsonl
+    from spak.recipe.runner import read_jsonl
     p = tmp_path / "gpu.jsonl"
     p.write_bytes(json.dumps(GOOD_ROWS[0]).encode() + b"\n\xff\xfe\x80 torn\n{\"a\": ")
     assert read_jsonl([p]) == [GOOD_ROWS[0]]

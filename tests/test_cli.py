@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import spak.cli as cli
-from spak.metrics import GATES
-from spak.problems import (SHAPE_SETS, ProblemSpec, ShapeError, expand, make_inputs, parse_case,
+from spak.core.metrics import GATES
+from spak.attention.problems import (SHAPE_SETS, ProblemSpec, ShapeError, expand, make_inputs, parse_case,
                            parse_spec, select_cases)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,7 +230,7 @@ def test_list(capsys):
 
 
 def fake_run_case(fail_on=None, raise_on=None, nan_on=None):
-    """A stand-in for spak.simrun.run_case with the same signature and keys."""
+    """A stand-in for spak.cpu.simrun.run_case with the same signature and keys."""
     calls = []
 
     def run_case(kernel_name, spec, *, tiles=None, model="sm_90", seed=0):

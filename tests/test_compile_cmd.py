@@ -10,8 +10,8 @@ import json
 import pytest
 
 import spak.cli as cli
-import spak.compile_cmd as cc
-from spak.plan import load_plan
+import spak.device.compile_report as cc
+from spak.recipe.schema import load_plan
 
 ONE_VARIANT = """
 schema = 1

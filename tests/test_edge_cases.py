@@ -12,9 +12,9 @@ import warnings
 import numpy as np
 import pytest
 
-from spak.metrics import gate_for, rel_l2
-from spak.reference import attention_f64
-from spak.simrun import simulate_fmha
+from spak.core.metrics import gate_for, rel_l2
+from spak.attention.reference import attention_f64
+from spak.cpu.simrun import simulate_fmha
 
 KERNELS = ("fused", "naive")
 

@@ -19,8 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from spak import gpurun, sweep as sw
-from spak.problems import parse_spec
+from spak.device import gpurun
+
+from spak.tune import sweep as sw
+from spak.attention.problems import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +71,7 @@ def test_every_row_is_flushed_and_fsynced_before_the_call_returns(writer, tmp_pa
 _WRITER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from spak.gpurun import append_jsonl
+from spak.device.gpurun import append_jsonl
 i = 0
 while True:
     append_jsonl({path!r}, {{"provider": "spak-fused", "case": "c%d" % i, "i": i,
@@ -119,7 +121,7 @@ def test_append_heals_a_torn_last_line(tmp_path):
 
 def _sweep_cli(args, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "spak.sweep", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "spak.tune.sweep", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -138,7 +140,7 @@ def test_sweep_resume_over_a_corrupt_results_file(tmp_path):
     victim = next(i for i, ln in enumerate(text) if '"kind": "result"' in ln)
     lost = json.loads(text[victim])["config_id"]
     text[victim] = text[victim][: len(text[victim]) // 2] + "\n"      # corrupt middle line
-    out.write_text("".join(text) + '{"schema": "spak.sweep/1", "kind": "resu')   # torn tail
+    out.write_text("".join(text) + '{"schema": "spak.tune.sweep/1", "kind": "resu')   # torn tail
     again = _sweep_cli(args + ["--resume"])
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stderr.count("skipping a corrupt line") == 2, again.stderr

@@ -1,6 +1,6 @@
 """CI fuzz: both kernels on the simulator vs the float64 reference, 500 random problems.
 
-Extends tests/test_sim_fmha.py's 40-example property test (spak.problems shapes, default
+Extends tests/test_sim_fmha.py's 40-example property test (spak.attention.problems shapes, default
 scale, N(0,1) inputs) to what it does not draw: scales (None, 0, negative, large), input
 magnitudes, head dims that are not powers of two and Dv != D, GQA groups up to 8 (and 3),
 mask layouts that broadcast ([Sq, Sk], [1, 1, Sq, Sk], [B, 1, Sq, Sk], [B, Hq, Sq, Sk]),
@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from spak.metrics import gate_for, nonfinite_count, rel_l2
-from spak.reference import attention_f64
-from spak.simrun import simulate_fmha
+from spak.core.metrics import gate_for, nonfinite_count, rel_l2
+from spak.attention.reference import attention_f64
+from spak.cpu.simrun import simulate_fmha
 
 KERNELS = ("fused", "naive")
 TILES = (16, 32, 64, 128)

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 import spak  # noqa: E402
-from spak.metrics import GATES  # noqa: E402
+from spak.core.metrics import GATES  # noqa: E402
 
 KERNELS = ("fused", "naive")
 DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -152,7 +152,7 @@ def _extreme_cases():
 
 
 def test_extreme_logits_bit_identical_to_the_simulator():
-    from spak.simrun import simulate_fmha
+    from spak.cpu.simrun import simulate_fmha
     for name, q, k, v, scale in _extreme_cases():
         for causal in (False, True):
             out = spak.fmha(q, k, v, scale=scale, is_causal=causal, kernel="fused",
@@ -200,7 +200,7 @@ def test_custom_op_under_torch_compile():
 
 def test_compile_error_is_explained(monkeypatch):
     """A cuTile compile failure reaches the user with the set-up diagnosis attached."""
-    from spak import gpu_env
+    from spak.device import env as gpu_env
     import spak.gpu.launch as _gpu_launch_mod
 
     def boom(*a, **k):

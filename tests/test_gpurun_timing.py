@@ -1,9 +1,9 @@
-"""spak run's timing in turns (spak.gpurun.time_turns, _time_providers), without a GPU:
+"""spak run's timing in turns (spak.device.gpurun.time_turns, _time_providers), without a GPU:
 torch.cuda.synchronize and time_events are replaced by recorders."""
 import pytest
 import torch
 
-from spak import gpurun
+from spak.device import gpurun
 
 
 def _fake_events(monkeypatch, medians):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from spak.metrics import (GATES, NAN_ULP, float_bits, fraction_bit_identical, gate_for, max_abs,
+from spak.core.metrics import (GATES, NAN_ULP, float_bits, fraction_bit_identical, gate_for, max_abs,
                           max_ulp, nonfinite_count, passes_gate, rel_l2, round_to_bf16, ulp_distance)
 
 

@@ -22,10 +22,10 @@ else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
 import spak.cli as cli
-import spak.compile_cmd as compile_cmd
-import spak.plan_runner as plan_runner
-from spak.plan import DEFAULT_PLAN, PlanError, load_plan, parse_plan
-from spak.plan_runner import FAIL, PASS, PlanRunner
+import spak.device.compile_report as compile_cmd
+import spak.recipe.runner as plan_runner
+from spak.recipe.schema import DEFAULT_PLAN, PlanError, load_plan, parse_plan
+from spak.recipe.runner import FAIL, PASS, PlanRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,8 +109,8 @@ def test_sweep_exclude_is_validated(real_doc):
 
 
 def test_exclude_reaches_the_sweeper_and_the_compile_command():
-    from spak.compile_cmd import sweep_items
-    from spak.sweep import expand_space, load_space
+    from spak.device.compile_report import sweep_items
+    from spak.tune.sweep import expand_space, load_space
     space, _ = load_space(None, "sm_90")
     assert space["exclude"] == [{"TILE_M": 64, "num_ctas": 2}]
     configs = expand_space(space)
@@ -406,7 +406,7 @@ def test_spak_plan_cpu_loop_on_a_tiny_plan(tiny, tmp_path, capsys):
 
 
 def test_spak_plan_stops_at_the_first_failed_gate(tiny, tmp_path):
-    from spak.simrun import run_case
+    from spak.cpu.simrun import run_case
 
     def bad_bf16(kernel, spec, **kw):
         r = run_case(kernel, spec, **kw)

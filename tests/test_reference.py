@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-import spak.reference as reference
-from spak.reference import attention_f64
+import spak.attention.reference as reference
+from spak.attention.reference import attention_f64
 
 
 def naive_attention(q, k, v, mask=None, causal=False, scale=None):
@@ -154,7 +154,7 @@ def test_scale(rng):
 
 def test_inputs_upcast_exactly(rng):
     """fp16 and bf16-valued float32 inputs give the same result as their exact float64 values."""
-    from spak.metrics import round_to_bf16
+    from spak.core.metrics import round_to_bf16
     q32 = round_to_bf16(rng.standard_normal((1, 2, 12, 64)).astype(np.float32))
     q16 = rng.standard_normal((1, 2, 12, 64)).astype(np.float16)
     for q in (q32, q16):

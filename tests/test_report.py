@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spak import report
+from spak.report import build as report
 
 GPU = "NVIDIA H100 80GB HBM3"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -18,7 +18,7 @@ def _row(S, D, causal, provider, cid, tflops, *, status="ok", cfg=None, commit="
          error=None):
     B, H = 16384 // S, 2048 // D
     case = f"{B}x{H}x{S}x{D}/fp16/{'causal' if causal else 'noncausal'}"
-    return {"schema": "spak.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
+    return {"schema": "spak.tune.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
             "arch": "sm_90", "commit": commit, "date": "2026-11-22T03:00:00Z",
             "kernel": "fused", "case": case, "shape": f"{B}x{H}x{S}x{D}", "B": B, "Hq": H,
             "Hkv": H, "Sq": S, "Sk": S, "D": D, "dtype": "fp16", "causal": causal,
@@ -28,7 +28,7 @@ def _row(S, D, causal, provider, cid, tflops, *, status="ok", cfg=None, commit="
 
 
 def synthetic(scale=1.0, commit="1111111") -> list[dict]:
-    rows = [{"schema": "spak.sweep/1", "kind": "start", "sweep_id": "s", "gpu": GPU}]
+    rows = [{"schema": "spak.tune.sweep/1", "kind": "start", "sweep_id": "s", "gpu": GPU}]
     for D in (64, 128):
         for causal in (False, True):
             for S in (512, 2048, 8192):
@@ -55,7 +55,7 @@ def synthetic(scale=1.0, commit="1111111") -> list[dict]:
     rows.append(_row(512, 64, False, "spak-fused", "64x64/o3", None, status="timeout",
                      cfg={"TILE_M": 64, "TILE_N": 64, "occupancy": 3, "num_ctas": None},
                      error="no result within --timeout 120 s"))
-    rows.append({"schema": "spak.sweep/1", "kind": "end", "sweep_id": "s", "status": "complete"})
+    rows.append({"schema": "spak.tune.sweep/1", "kind": "end", "sweep_id": "s", "status": "complete"})
     return rows
 
 

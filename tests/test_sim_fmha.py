@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from spak.metrics import gate_for, nonfinite_count, rel_l2
-from spak.problems import ProblemSpec, make_inputs, parse_spec
-from spak.reference import attention_f64
-from spak.simrun import run_case, simulate_fmha
+from spak.core.metrics import gate_for, nonfinite_count, rel_l2
+from spak.attention.problems import ProblemSpec, make_inputs, parse_spec
+from spak.attention.reference import attention_f64
+from spak.cpu.simrun import run_case, simulate_fmha
 
 KERNELS = ("fused", "naive")
 

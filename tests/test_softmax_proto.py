@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from spak.reference import attention_f64
-from spak.softmax_proto import (PROTOTYPE_GATE, LOG2E, check_prototype, online_attention_f64,
+from spak.attention.reference import attention_f64
+from spak.cpu.softmax_proto import (PROTOTYPE_GATE, LOG2E, check_prototype, online_attention_f64,
                                 online_softmax_f64, online_softmax_stats, softmax_f64)
 
 

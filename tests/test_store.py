@@ -1,5 +1,5 @@
 """The tuned-config store: choosing entries from sweep results, the round trip through
-spak.tuned.lookup (what spak.fmha reads), and the bucket rule."""
+spak.tune.store.lookup (what spak.fmha reads), and the bucket rule."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from spak import store, tuned
+from spak.tune import choose as store
+
+from spak.tune import store as tuned
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = "NVIDIA H100 80GB HBM3"
@@ -20,7 +22,7 @@ def row(case_S, cid, tflops, *, D=64, causal=False, status="ok", gpu=GPU, defaul
     B = max(1, 16384 // case_S)
     if tm is None:
         tm, tn = (int(x) for x in cid.split("/")[0].split("x")) if not default else (64, 64)
-    return {"schema": "spak.sweep/1", "kind": "result", "gpu": gpu, "kernel": "fused",
+    return {"schema": "spak.tune.sweep/1", "kind": "result", "gpu": gpu, "kernel": "fused",
             "case": f"{B}x{2048 // D}x{case_S}x{D}/{dtype}/{'causal' if causal else 'noncausal'}",
             "B": B, "Hq": 2048 // D, "Hkv": 2048 // D, "Sq": case_S, "Sk": case_S, "D": D,
             "dtype": dtype, "causal": causal,
@@ -93,7 +95,7 @@ def test_update_store_round_trip_and_lookup_rule(tmp_path, monkeypatch):
     assert look(GPU, "fused", "fp16", 128, False, 4096) is None
     assert look(GPU, "fused", "bf16", 64, False, 4096) is None
     assert look(GPU, "naive", "fp16", 64, False, 4096) is None
-    # no entry for this GPU: a sibling's (same arch per spak.archs), never another arch's
+    # no entry for this GPU: a sibling's (same arch per spak.device.archs), never another arch's
     assert look("NVIDIA H100 PCIe", "fused", "fp16", 64, False, 4096) in (
         {"TILE_M": 128, "TILE_N": 128, "occupancy": 2}, {"TILE_M": 64, "TILE_N": 64,
                                                           "occupancy": 1})

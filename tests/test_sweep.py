@@ -3,7 +3,7 @@
 The worker and the compile helpers are real subprocesses (spak/sweep_worker.py); only
 what they do per config is faked (sweep_worker.FakeRunner): planted compile errors,
 launch exceptions, wrong results, NaNs, hangs and crashes. The SIGKILL test kills a real
-`python -m spak.sweep` in the middle and resumes it.
+`python -m spak.tune.sweep` in the middle and resumes it.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from spak import sweep as sw
-from spak.problems import select_cases
-from spak.sweep_worker import FakeRunner, tiny_dim
+from spak.tune import sweep as sw
+from spak.attention.problems import select_cases
+from spak.tune.worker import FakeRunner, tiny_dim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ["2x4x256x64/causal", "1x4x300x64/noncausal", "1x2x200x128/causal"]
@@ -202,7 +202,7 @@ def test_results_writer_heals_a_torn_last_line(tmp_path):
 
 def _cli(args, **kw):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "spak.sweep", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "spak.tune.sweep", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, **kw)
 
 
@@ -224,7 +224,7 @@ def test_sigkill_mid_sweep_then_resume_loses_at_most_the_config_in_flight(tmp_pa
     args = ["--runner", "fake:" + json.dumps({"delay_s": 0.15}), "--shapes", *SHAPES,
             "--space", *SPACE, "--out", str(out), "--compile-jobs", "0"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "spak.sweep", *args], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "spak.tune.sweep", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline and len(_results(out)) < 8:
@@ -340,7 +340,7 @@ def cpu_gpu_runner(monkeypatch):
     torch = pytest.importorskip("torch")
     import types
     from spak import sim
-    from spak import sweep_worker as swk
+    from spak.tune import worker as swk
 
     class Event:
         def __init__(self, enable_timing=True):

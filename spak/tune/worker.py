@@ -1,6 +1,6 @@
-"""The sweeper's child processes: a measuring worker and compile helpers (see spak.sweep).
+"""The sweeper's child processes: a measuring worker and compile helpers (see spak.tune.sweep).
 
-    python -m spak.sweep_worker --fd N [--role worker|compile] [--runner gpu|fake:SPEC]
+    python -m spak.tune.worker --fd N [--role worker|compile] [--runner gpu|fake:SPEC]
 
 Commands arrive on stdin, one JSON object a line; replies go to file descriptor N, one
 JSON object a line (stdout and stderr stay free for cuTile's and torch's own chatter):
@@ -30,8 +30,8 @@ import sys
 import time
 import zlib
 
-from spak.gpurun import stats
-from spak.jsonl import jsonable as _jsonable
+from spak.device.gpurun import stats
+from spak.results.jsonl import jsonable as _jsonable
 
 __all__ = ["STATUSES", "CHECK_RTOL", "check_threshold", "GpuRunner", "FakeRunner",
            "make_runner", "main", "tiny_dim", "stats"]
@@ -43,7 +43,7 @@ STATUSES = ("ok", "compile_error", "launch_error", "wrong_result", "invalid_conf
             "unsupported", "oom", "error", "timeout", "crash")
 
 #: Relative-L2 limit of a config's output against PyTorch SDPA's. Both are compared with the
-#: float64 gates of spak.metrics (1e-3 fp16, 8e-3 bf16): a correct kernel is within the gate
+#: float64 gates of spak.core.metrics (1e-3 fp16, 8e-3 bf16): a correct kernel is within the gate
 #: of float64, and so is SDPA, so by the triangle inequality two correct outputs differ by at
 #: most twice the gate. A wrong tile config (a skipped or doubled key tile, a bad mask edge)
 #: is off by 1e-1 or more; NaN/Inf anywhere fails regardless.
@@ -284,7 +284,7 @@ class GpuRunner:
             pass
         if not compile_err:
             try:
-                from spak import gpu_env
+                from spak.device import env as gpu_env
                 compile_err = gpu_env.is_compile_error(exc)
             except Exception:  # noqa: BLE001
                 pass
@@ -300,7 +300,7 @@ class GpuRunner:
 
     # -- jobs
     def run(self, job: dict) -> dict:
-        from spak.problems import parse_spec
+        from spak.attention.problems import parse_spec
         spec = parse_spec(job["case"])
         try:
             data = self._inputs(spec)
@@ -458,7 +458,7 @@ def _die_with_parent() -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spak.sweep_worker")
+    ap = argparse.ArgumentParser(prog="python -m spak.tune.worker")
     ap.add_argument("--fd", type=int, required=True, help="file descriptor for replies")
     ap.add_argument("--role", choices=("worker", "compile"), default="worker")
     ap.add_argument("--runner", default="gpu")

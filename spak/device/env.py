@@ -17,7 +17,7 @@ The usual causes, each checked here with the fix:
 
 `diagnose()` returns a list of `Problem`s (empty: all good); every probe of the machine is a
 parameter, so tests feed it fake environments. `explain(exc)` wraps a cuTile compile error
-with the diagnosis (`CompilerSetupError`). `python -m spak.gpu_env` prints the report.
+with the diagnosis (`CompilerSetupError`). `python -m spak.device.env` prints the report.
 """
 from __future__ import annotations
 
@@ -292,7 +292,7 @@ def explain(exc: BaseException, *, arch: Optional[str] = None, **probes) -> Comp
 
 
 def report(arch: Optional[str] = None) -> str:
-    """The human-readable report `python -m spak.gpu_env` prints."""
+    """The human-readable report `python -m spak.device.env` prints."""
     v = wheel_versions()
     path, source = find_tileiras(v, os.environ, _wheel_tileiras())
     lines = ["wheels: " + ", ".join(f"{k} {v[k] or 'missing'}" for k in PINNED),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path, PurePath
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def repo_path(path) -> str:

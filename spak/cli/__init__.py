@@ -22,16 +22,16 @@ import time
 from typing import Callable, Sequence
 
 from spak import __version__
-from spak.metrics import GATES
-from spak.problems import GRAMMAR_HELP, SHAPE_SETS, ShapeError, parse_case, select_cases
-from spak.jsonl import jsonable as _jsonable
+from spak.core.metrics import GATES
+from spak.attention.problems import GRAMMAR_HELP, SHAPE_SETS, ShapeError, parse_case, select_cases
+from spak.results.jsonl import jsonable as _jsonable
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES", "parse_tiles", "shape_arg",
            "format_table", "format_row", "summary_line", "TABLE_HEADER"]
 
-#: Modules holding a `register(subparsers)`; "spak.cli" registers `sim`, "spak.gpurun" `run`.
-COMMAND_MODULES: list[str] = ["spak.cli", "spak.gpurun", "spak.plan_runner", "spak.compile_cmd",
-                               "spak.sweep", "spak.store", "spak.report", "spak.calibrate"]
+#: Modules holding a `register(subparsers)`; "spak.cli" registers `sim`, "spak.device.gpurun" `run`.
+COMMAND_MODULES: list[str] = ["spak.cli", "spak.device.gpurun", "spak.recipe.runner", "spak.device.compile_report",
+                               "spak.tune.sweep", "spak.tune.choose", "spak.report.build", "spak.device.calibrate"]
 
 KERNELS = ("fused", "naive")
 
@@ -140,7 +140,7 @@ def summary_line(rows: Sequence[dict], wall: float | None = None) -> str:
 
 def _load_run_case() -> Callable[..., dict]:
     """The executor `spak sim` drives (spak/simrun.py); tests replace this."""
-    from spak.simrun import run_case
+    from spak.cpu.simrun import run_case
     return run_case
 
 

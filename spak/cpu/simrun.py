@@ -1,7 +1,7 @@
 """Run one FMHA problem through the CPU simulator and check it against float64.
 
 problem spec -> inputs -> gpu.plan launches -> sim.launch each -> compare with
-spak.reference.attention_f64. This is the CPU loop's unit of work (`spak sim`, tests).
+spak.attention.reference.attention_f64. This is the CPU loop's unit of work (`spak sim`, tests).
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import cuda.tile as ct
 
 from spak import sim
 from spak.gpu.plan import plan_fmha
-from spak.metrics import gate_for, max_abs, nonfinite_count, passes_gate, rel_l2
-from spak.problems import ProblemSpec, make_inputs
-from spak.reference import attention_f64
+from spak.core.metrics import gate_for, max_abs, nonfinite_count, passes_gate, rel_l2
+from spak.attention.problems import ProblemSpec, make_inputs
+from spak.attention.reference import attention_f64
 
 _CT_DTYPE = {"fp16": ct.float16, "bf16": ct.bfloat16}
 

@@ -1,11 +1,11 @@
 """The tuned-config store, written from sweep results: `spak store` and `spak sweep --update-store`.
 
-The store is spak/data/tuned_configs.json (format and reader: spak.tuned, whose ``lookup``
+The store is spak/data/tuned_configs.json (format and reader: spak.tune.store, whose ``lookup``
 spak.fmha calls). One entry per
 
     (GPU name, kernel, dtype, head dim, causal, sequence-length bucket)
 
-where the bucket is ``spak.tuned.seq_bucket(Sk)``: the power of two at or above the key
+where the bucket is ``spak.tune.store.seq_bucket(Sk)``: the power of two at or above the key
 length, at least 128 (Sk = 1000 and 1024 share bucket 1024; 4096 is its own). A lookup
 takes the entry of the problem's bucket, else the nearest bucket in log2 for the same
 (GPU, kernel, dtype, head dim, causal), the larger on a tie, else nothing (spak.fmha then
@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
-from spak import tuned
-from spak.jsonl import repo_path
+from spak.tune import store as tuned
+from spak.results.jsonl import repo_path
 
 __all__ = ["choose", "update_store", "format_store", "register", "cmd_store"]
 
@@ -63,13 +63,13 @@ def _usable(r: dict, row_problem) -> bool:
 
 def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str] = None,
            kernel: Optional[str] = None) -> list[dict]:
-    """Store entries (spak.tuned format) chosen from result rows (see the module doc).
+    """Store entries (spak.tune.store format) chosen from result rows (see the module doc).
 
     ``tiles_only``: only configs without occupancy/num_ctas hints compete (for a spak.fmha
     that applies the tiles dict alone). Rows carry "_source" (their file) when read by
     update_store.
     """
-    from spak.sweep import row_problem
+    from spak.tune.sweep import row_problem
     groups: dict = {}
     for r in rows:
         if r.get("kind") != "result" or r.get("status") != "ok" or not r.get("tflops"):
@@ -132,7 +132,7 @@ def update_store(results: Iterable, path=None, *, tiles_only: bool = False,
                  dry_run: bool = False) -> list[str]:
     """Merge the winners of the results files into the store (atomic write); returns one
     line per entry saying what changed."""
-    from spak.sweep import read_results
+    from spak.tune.sweep import read_results
     rows = []
     for f in results:
         for r in read_results(f):
@@ -161,7 +161,7 @@ def update_store(results: Iterable, path=None, *, tiles_only: bool = False,
     elif not dry_run:
         store.setdefault("description", "Best tile config per (gpu, kernel, dtype, head_dim, "
                          "causal, seq_bucket), written by `spak sweep --update-store` / `spak "
-                         "store update`; read by spak.fmha through spak.tuned.lookup.")
+                         "store update`; read by spak.fmha through spak.tune.store.lookup.")
         store["configs"].sort(key=lambda e: (e["gpu"], e["kernel"], e["dtype"],
                                              e["head_dim"], e["causal"], e["seq_bucket"]))
         p = tuned.write_store(store, path)
@@ -251,7 +251,7 @@ def register(subparsers) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spak.store")
+    p = argparse.ArgumentParser(prog="python -m spak.tune.choose")
     register(p.add_subparsers(dest="command"))
     args = p.parse_args(["store", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)

@@ -3,8 +3,8 @@
 For every selected kernel and shape:
 
 * correctness vs a float64 reference (relative L2, max abs, NaN/Inf count; the gates of
-  spak.metrics) and vs PyTorch SDPA (relative L2 between the two outputs). The reference
-  is spak.reference.attention_f64 on the CPU for small problems, torch float64 on the GPU
+  spak.core.metrics) and vs PyTorch SDPA (relative L2 between the two outputs). The reference
+  is spak.attention.reference.attention_f64 on the CPU for small problems, torch float64 on the GPU
   (one head and a block of rows at a time) for big ones;
 * agreement with the CPU simulator on the same inputs under the matching numeric model:
   fraction of output elements bit-identical and the largest difference in ulps. The
@@ -45,9 +45,9 @@ from typing import Optional
 from spak.gpu.variants import apply_hints, split_config
 
 from spak import __version__
-from spak.metrics import GATES
-from spak.problems import GRAMMAR_HELP, ShapeError, select_cases
-from spak.jsonl import jsonable as _jsonable
+from spak.core.metrics import GATES
+from spak.attention.problems import GRAMMAR_HELP, ShapeError, select_cases
+from spak.results.jsonl import jsonable as _jsonable
 
 __all__ = ["register", "cmd_run", "sim_slice", "time_events", "stats", "append_jsonl",
            "failure_text", "guarded_case", "PROVIDERS_SDPA"]
@@ -168,7 +168,7 @@ def _slug(text: str) -> str:
 def _git_commit() -> Optional[str]:
     """Short commit of the tree that runs, "+dirty" when tracked files differ from it (a
     device copy of a working tree reports its base commit otherwise); $SPAK_COMMIT wins."""
-    from spak.sweep import git_commit
+    from spak.tune.sweep import git_commit
     commit, dirty = git_commit()
     if commit is None:
         return None
@@ -268,7 +268,7 @@ def _make_gpu_inputs(spec, seed: int, set_index: int):
     k = torch.randn(spec.kv_shape, device="cuda", dtype=dt, generator=g)
     v = torch.randn(spec.kv_shape, device="cuda", dtype=dt, generator=g)
     mask = None
-    if spec.mask is not None:       # as spak.problems.make_inputs: [B,1,Sq,Sk], ~20% masked,
+    if spec.mask is not None:       # as spak.attention.problems.make_inputs: [B,1,Sq,Sk], ~20% masked,
         shape = (spec.B, 1, spec.Sq, spec.Sk)          # row Sq//2 of batch 0 fully masked
         keep = torch.rand(shape, device="cuda", generator=g) >= 0.2
         keep[0, 0, spec.Sq // 2] = False
@@ -288,12 +288,12 @@ def _bottom_right(Sq: int, Sk: int, device):
 
 
 def reference_f64(spec, q, k, v, mask, scale: float):
-    """float64 attention as a CUDA float64 tensor: spak.reference on the CPU when small,
+    """float64 attention as a CUDA float64 tensor: spak.attention.reference on the CPU when small,
     else torch float64 on the GPU, one (batch, head) and a block of rows at a time."""
     import numpy as np
     import torch
     if spec.flops <= CPU_REF_MAX_FLOPS:
-        from spak.reference import attention_f64
+        from spak.attention.reference import attention_f64
         cvt = (lambda t: t.cpu().numpy()) if spec.dtype == "fp16" else \
             (lambda t: t.float().cpu().numpy())
         m = None if mask is None else mask.cpu().numpy()
@@ -437,8 +437,8 @@ def _simulate(kernel, spec, q, k, v, kmask, out, scale, tiles, model, heads, wor
     """Run the simulator on a slice; compare bit for bit with the GPU's output slice.
     dump: a dict collecting (inputs, GPU output) of slices that are not bit-identical."""
     import numpy as np
-    from spak.metrics import fraction_bit_identical, max_ulp
-    from spak.simrun import simulate_fmha
+    from spak.core.metrics import fraction_bit_identical, max_ulp
+    from spak.cpu.simrun import simulate_fmha
     sl = sim_slice(spec.B, spec.Hq, spec.Hkv, spec.Sq, spec.Sk, spec.D, tiles["TILE_M"],
                    heads, work)
     r0, hq, hkv = sl["r0"], sl["hq"], sl["hkv"]
@@ -488,7 +488,7 @@ def run_case(spec, kernels, args, env: _Env, ceiling: Optional[float], emit) -> 
     from spak.gpu.launch import plan_torch, run as run_plan
     from spak.gpu.plan import plan_fmha
     from spak.api import kernel_mask
-    from spak import gpu_env
+    from spak.device import env as gpu_env
 
     case = {"case": spec.case_id, "shape": spec.display, "B": spec.B, "Hq": spec.Hq,
             "Hkv": spec.Hkv, "Sq": spec.Sq, "Sk": spec.Sk, "D": spec.D, "dtype": spec.dtype,
@@ -756,7 +756,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("spak run: no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False); "
               "on a CPU-only machine use `spak sim`", file=sys.stderr)
         return 1
-    from spak import gpu_env
+    from spak.device import env as gpu_env
     env = _Env(args, args.argv if args.argv is not None else sys.argv[1:])
     problems = gpu_env.diagnose(arch=env.arch)
     if problems:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MMA_GROUPS = ("random", "wide", "cancel", "bigacc")
 #: ops the sm_90 model claims bit for bit (the others are declared approximate)
 EXACT = {"sm_90": {"mma", "rowsum", "cast_f16", "cast_bf16"}}

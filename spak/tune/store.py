@@ -34,7 +34,7 @@ __all__ = ["FORMAT_VERSION", "DEFAULT_PATH", "TunedStoreError", "store_path", "s
            "normalize_dtype", "load_store", "lookup", "make_entry", "upsert", "write_store"]
 
 FORMAT_VERSION = 1
-DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "tuned_configs.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "tuned_configs.json"
 _KEYS = ("gpu", "kernel", "dtype", "head_dim", "causal", "seq_bucket")
 _MIN_BUCKET = 128
 
@@ -174,7 +174,7 @@ def lookup(gpu_name: str, kernel: str, dtype, head_dim: int, causal: bool, seq_l
     entries = [e for e in store["configs"]
                if (e["kernel"], e["dtype"], int(e["head_dim"]), bool(e["causal"])) == want]
     mine = [e for e in entries if e["gpu"] == str(gpu_name)]
-    # None tuned on this GPU: take a sibling's (same arch per spak.archs, e.g. an H200's
+    # None tuned on this GPU: take a sibling's (same arch per spak.device.archs, e.g. an H200's
     # configs on an H100: the same SM design, and this work is compute-bound)
     best = _nearest(mine or [e for e in entries if _siblings(e["gpu"], str(gpu_name))],
                     seq_bucket(seq_len))
@@ -193,8 +193,8 @@ def _nearest(entries, bucket):
 
 
 def _siblings(a: str, b: str) -> bool:
-    """Two GPU names SPAK knows (spak.archs) with the same arch."""
-    from spak import archs
+    """Two GPU names SPAK knows (spak.device.archs) with the same arch."""
+    from spak.device import archs
     pa, pb = archs.lookup(a), archs.lookup(b)
     return pa is not None and pb is not None and pa.arch == pb.arch
 

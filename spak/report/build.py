@@ -4,7 +4,7 @@
     spak report results/sweep-*.jsonl --update-leaderboard
     spak report --check results/sweep-new.jsonl --tolerance 0.05   # regression gate
 
-Inputs: JSON-lines results of `spak sweep` (schema spak.sweep/1) and of `spak run`
+Inputs: JSON-lines results of `spak sweep` (schema spak.tune.sweep/1) and of `spak run`
 (spak.run/1); lines of other kinds are skipped. When a (shape, provider, config) was
 measured more than once, the last line read counts (files in the order given).
 
@@ -41,13 +41,13 @@ import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
-from spak.jsonl import repo_path
+from spak.results.jsonl import repo_path
 
 __all__ = ["load_rows", "sections", "markdown", "plot_providers", "plot_heatmaps",
            "leaderboard_candidates", "load_leaderboard", "update_leaderboard",
            "check_regressions", "register", "cmd_report", "main", "PROVIDERS"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LEADERBOARD = ROOT / "results" / "leaderboard.json"
 LEADERBOARD_VERSION = 1
 #: Series of the provider plot and table: (key, label).
@@ -66,7 +66,7 @@ INSTALL_HINT = ('spak report: plots need matplotlib, which is not installed.\n'
 def _norm(r: dict, source: str) -> Optional[dict]:
     """A result line in one shape: sweep rows as they are, run rows mapped onto them."""
     schema = r.get("schema") or ""
-    if schema.startswith("spak.sweep/"):
+    if schema.startswith("spak.tune.sweep/"):
         if r.get("kind") != "result":
             return None
         row = dict(r)
@@ -99,7 +99,7 @@ def _norm(r: dict, source: str) -> Optional[dict]:
 
 def load_rows(paths: Iterable) -> list[dict]:
     """Result rows of every file, normalised; later duplicates replace earlier ones."""
-    from spak.sweep import read_results, row_problem
+    from spak.tune.sweep import read_results, row_problem
     latest: dict = {}
     for p in paths:
         for n, r in enumerate(read_results(p, warn=lambda m: print("warning: " + m,
@@ -649,7 +649,7 @@ def register(subparsers) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spak.report",
+    p = argparse.ArgumentParser(prog="python -m spak.report.build",
                                 description=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)

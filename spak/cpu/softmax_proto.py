@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from spak.reference import additive_mask, allowed_keys, attention_f64, validate_attention_args
+from spak.attention.reference import additive_mask, allowed_keys, attention_f64, validate_attention_args
 
 __all__ = [
     "LOG2E", "softmax_f64", "online_softmax_stats", "online_softmax_f64",
@@ -79,7 +79,7 @@ def online_attention_f64(q, k, v, *, mask=None, causal: bool = False, scale=None
                          block_n: int = 64) -> np.ndarray:
     """Attention as the fused kernel computes it: one pass over key blocks.
 
-    Same contract as `spak.reference.attention_f64` (GQA, additive or bool
+    Same contract as `spak.attention.reference.attention_f64` (GQA, additive or bool
     mask, bottom-right causal, fully masked rows -> 0); only the algorithm
     differs, which is the point of comparing the two.
     """

@@ -2,8 +2,8 @@
 
 CPU loop (any machine, no GPU): for every step in order, its CPU gates
 
-    prototype   spak.softmax_proto.check_prototype: online vs global softmax (float64)
-    kernel      spak.simrun.run_case on the step's shapes, for each numeric model: error
+    prototype   spak.cpu.softmax_proto.check_prototype: online vs global softmax (float64)
+    kernel      spak.cpu.simrun.run_case on the step's shapes, for each numeric model: error
                 vs float64 per dtype, NaN/Inf count, the simulator's checker clean; then
                 the compile gate: every variant compiles for every arch (tileiras, CPU)
     sweep       every (TILE_M, TILE_N) of every target's sweep space runs correctly on the
@@ -25,15 +25,15 @@ how verified, measured value, result -- and names the targets this machine could
 
 Call boundaries with the GPU side (kept small on purpose):
 
-* GPU run: the `spak run` command line (spak.gpurun), in a subprocess:
+* GPU run: the `spak run` command line (spak.device.gpurun), in a subprocess:
   ``python -m spak run --kernel K --shapes ... --dtype D --causal C [--no-time]
   --out FILE.jsonl``; its JSON lines (schema "spak.run/1": provider, case, rel_l2,
   nonfinite, passed, sim.fraction_bit_identical, tflops, ceiling_tflops, error, skipped)
   are what the gates read.
-* Sweep: the `spak sweep` command line (spak.sweep), in a subprocess:
+* Sweep: the `spak sweep` command line (spak.tune.sweep), in a subprocess:
   ``python -m spak sweep --kernel K --shapes ... --dtype D --causal C --plan PLAN
   --out FILE.jsonl``; it reads its search space from this plan's [sweep.<arch>]. Its
-  result lines (schema "spak.sweep/1": kind "result", provider "spak-K" for a swept
+  result lines (schema "spak.tune.sweep/1": kind "result", provider "spak-K" for a swept
   config or "spak-K-default" for the default tiles, case, config, status, tflops) give
   the best config per shape, compared with the floors and with the default tiles.
 
@@ -56,8 +56,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from spak.jsonl import jsonable as _jsonable
-from spak.plan import sim_agreement_for
+from spak.results.jsonl import jsonable as _jsonable
+from spak.recipe.schema import sim_agreement_for
 
 __all__ = ["register", "cmd_plan", "PlanRunner", "write_report", "format_markdown"]
 
@@ -90,7 +90,7 @@ def _version(dist: str) -> Optional[str]:
 def _git(*args) -> Optional[str]:
     try:
         out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent.parent)
+                             cwd=Path(__file__).resolve().parents[2])
         return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -118,7 +118,7 @@ def detect_gpu() -> dict:
         return {"present": False, "reason": f"torch.cuda.is_available() raised {e!r}"}
     if not ok:
         return {"present": False, "reason": "no CUDA GPU (torch.cuda.is_available() is False)"}
-    from spak.archs import arch_for_capability, lookup
+    from spak.device.archs import arch_for_capability, lookup
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()
     prof = lookup(name, cap)
@@ -136,7 +136,7 @@ def _rel(path) -> str:
 
 def read_jsonl(paths) -> list[dict]:
     """Every row of the files (a .gz name is read through gzip); a torn line is skipped."""
-    from spak.sweep import read_results
+    from spak.tune.sweep import read_results
     for p in paths:
         if not Path(p).is_file():            # a missing file is the caller's error
             raise FileNotFoundError(f"no such results file: {p}")
@@ -145,7 +145,7 @@ def read_jsonl(paths) -> list[dict]:
 
 def recorded_gpu_info(rows: list[dict], files) -> dict:
     """The GPU that recorded `rows` (their "gpu"/"arch" fields), as detect_gpu() reports."""
-    from spak.archs import lookup
+    from spak.device.archs import lookup
     gpus = {(r.get("gpu"), r.get("arch")) for r in rows if r.get("gpu") and r.get("arch")}
     if len(gpus) != 1:
         return {"present": False, "reason": f"the recorded results name {len(gpus)} GPUs "
@@ -213,7 +213,7 @@ class PlanRunner:
 
     def run_case_fn(self):
         if self._run_case is None:
-            from spak.simrun import run_case
+            from spak.cpu.simrun import run_case
             self._run_case = run_case
         return self._run_case
 
@@ -233,7 +233,7 @@ class PlanRunner:
         return True
 
     def cpu_prototype(self, step) -> bool:
-        from spak.softmax_proto import check_prototype
+        from spak.cpu.softmax_proto import check_prototype
         gate = step.cpu["max_abs"]
         r = check_prototype(seed=self.seed if self.seed is not None else step.seed)
         worst = max(r["softmax_max_abs"], r["attention_max_abs"])
@@ -241,7 +241,7 @@ class PlanRunner:
         self.evidence.setdefault(step.id, {})["prototype"] = r
         row = self.gate(step, "cpu", "Numerical error: online vs global softmax",
                         f"max abs <= {gate:g} (float64)",
-                        "spak.softmax_proto.check_prototype: softmax rows of length 1..1000 in "
+                        "spak.cpu.softmax_proto.check_prototype: softmax rows of length 1..1000 in "
                         "blocks, attention with GQA, mask, causal Sq != Sk, dead rows",
                         f"softmax {_fmt(r['softmax_max_abs'])}, attention "
                         f"{_fmt(r['attention_max_abs'])}", PASS if ok else FAIL)
@@ -336,7 +336,7 @@ class PlanRunner:
                  f"{', '.join(step.models)}")
         rows = self._simulate(step, specs, [step.tiles], step.models)
         self.evidence.setdefault(step.id, {})["cases"] = rows
-        how = (f"spak.simrun.run_case: kernel '{step.kernel}' on the CPU simulator, shapes "
+        how = (f"spak.cpu.simrun.run_case: kernel '{step.kernel}' on the CPU simulator, shapes "
                f"{', '.join(step.shapes)} ({len(specs)} cases), numeric models "
                f"{', '.join(step.models)}")
         if not self._judge_sim(step, rows, "", how):
@@ -355,7 +355,7 @@ class PlanRunner:
                  f"sweep spaces x {len(specs)} cases x models {', '.join(step.models)}")
         rows = self._simulate(step, specs, tiles_list, step.models) if specs else []
         self.evidence.setdefault(step.id, {})["cases"] = rows
-        how = (f"spak.simrun.run_case per sweep tile pair: {len(pairs)} pairs "
+        how = (f"spak.cpu.simrun.run_case per sweep tile pair: {len(pairs)} pairs "
                f"({', '.join(f'{a}x{b}' for a, b in pairs)}) from sweep."
                f"{', sweep.'.join(self.plan.sweep)}, on shapes {', '.join(step.sim_shapes)}")
         if not rows:
@@ -369,7 +369,7 @@ class PlanRunner:
         variants, archs = step.compile_variants, step.compile_archs
         if not variants:
             return True
-        from spak.compile_cmd import CompileItem, compile_items, supported_archs
+        from spak.device.compile_report import CompileItem, compile_items, supported_archs
         items = [CompileItem(kernel=step.kernel, arch=a, dtype=v.dtype, head_dim=v.head_dim,
                              causal=v.causal, mask=v.mask,
                              tiles=dict(v.tiles) if v.tiles else (dict(step.tiles)
@@ -541,7 +541,7 @@ class PlanRunner:
             self.judge_gpu_rows(step, arch, rows, source="recorded " + ", ".join(
                 Path(f).name for f in self.recorded_files))
             return
-        if not self._gpu_module_available("spak.gpurun", "GPU loop", step, arch):
+        if not self._gpu_module_available("spak.device.gpurun", "GPU loop", step, arch):
             return
         g = step.gpu
         shapes, dtype = self._gpu_cases(step)
@@ -562,8 +562,8 @@ class PlanRunner:
 
     def judge_gpu_rows(self, step, arch, rows, rc=0, source=None):
         """Gate rows from `spak run` JSON lines (separate so tests can feed rows)."""
-        from spak.problems import parse_spec
-        from spak.archs import PROFILES, percent_of_peak, percent_of_ceiling
+        from spak.attention.problems import parse_spec
+        from spak.device.archs import PROFILES, percent_of_peak, percent_of_ceiling
         g = step.gpu
         prov = f"spak-{step.kernel}"
         ours = [r for r in rows if r.get("provider") == prov and not r.get("skipped")]
@@ -659,14 +659,14 @@ class PlanRunner:
 
     def gpu_sweep(self, step, arch):
         if self.recorded is not None:
-            rows = [r for r in self.recorded if str(r.get("schema", "")).startswith("spak.sweep")]
+            rows = [r for r in self.recorded if str(r.get("schema", "")).startswith("spak.tune.sweep")]
             if rows:
                 self.judge_sweep_rows(step, arch, rows)
             else:
                 self._gpu_placeholders(step, NOT_RUN, "no spak sweep rows among the recorded "
                                        "results", [arch])
             return
-        if not self._gpu_module_available("spak.sweep", "GPU sweep", step, arch):
+        if not self._gpu_module_available("spak.tune.sweep", "GPU sweep", step, arch):
             return
         g = step.gpu
         shapes, dtype = self._gpu_cases(step)
@@ -683,7 +683,7 @@ class PlanRunner:
         self.judge_sweep_rows(step, arch, rows)
 
     def judge_sweep_rows(self, step, arch, rows):
-        from spak.problems import parse_spec
+        from spak.attention.problems import parse_spec
         g = step.gpu
         how = f"spak sweep --kernel {step.kernel}"
         tuned_p, default_p = f"spak-{step.kernel}", f"spak-{step.kernel}-default"
@@ -732,7 +732,7 @@ class PlanRunner:
             ok = low["tflops"] >= f.floor
             st = (PASS if ok else FAIL) if f.verified else (ADVISORY_PASS if ok else ADVISORY_FAIL)
             cfg = low.get("config") or {}
-            from spak.archs import PROFILES, percent_of_peak
+            from spak.device.archs import PROFILES, percent_of_peak
             prof = PROFILES.get((self.gpu_info or {}).get("profile") or "")
             pct = (f"; {percent_of_peak(low['tflops'], prof, f.dtype):.0f}% of {prof.name} peak"
                    if prof is not None else "")
@@ -755,7 +755,7 @@ class PlanRunner:
         self.run_gpu()
         wall = time.perf_counter() - t0
         failed = [g for g in self.gates if g["status"] == FAIL]
-        return {"schema": "spak.plan/1", "plan": _rel(self.plan.path) if self.plan.path else None,
+        return {"schema": "spak.recipe.schema/1", "plan": _rel(self.plan.path) if self.plan.path else None,
                 "name": self.plan.name, "title": self.plan.title,
                 "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "wall_seconds": wall,
                 "step_seconds": self.step_seconds, "machine": machine_info(),
@@ -926,7 +926,7 @@ def format_markdown(doc: dict) -> str:
                   "|---|---|---|---|---|---|---|"]
         for sid, r in comp:
             t = r.get("tiles") or {}
-            from spak.compile_cmd import CompileItem
+            from spak.device.compile_report import CompileItem
             lines.append(f"| {sid} | {CompileItem(r).label} | {r['arch']} | "
                          f"{t.get('TILE_M')}x{t.get('TILE_N')} | {r['status']} | "
                          f"{r['seconds']:.2f} | {r['cubin_bytes']:,} |")
@@ -965,7 +965,7 @@ def default_out_dir() -> Path:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from spak.plan import PlanError, load_plan
+    from spak.recipe.schema import PlanError, load_plan
     try:
         plan = load_plan(args.plan)
     except PlanError as e:

@@ -13,7 +13,7 @@ past ``--timeout`` seconds, or that kills the worker, is recorded by this proces
 kills the worker's process group) and a fresh worker takes the remaining configs.
 
 Results. One JSON line per (shape, provider, config), appended and fsync'd as each
-finishes (schema "spak.sweep/1", see RESULT_FIELDS). ``--resume`` skips what the file
+finishes (schema "spak.tune.sweep/1", see RESULT_FIELDS). ``--resume`` skips what the file
 already holds for this GPU, so a killed sweep loses at most the config in flight.
 ``--budget-s`` stops cleanly before the wall-clock budget runs out (exit status 3: resume
 to finish).
@@ -52,17 +52,17 @@ from pathlib import Path
 from typing import Optional
 
 from spak import __version__
-from spak.problems import GRAMMAR_HELP, ProblemSpec, ShapeError, select_cases
-from spak.jsonl import jsonable as _jsonable
+from spak.attention.problems import GRAMMAR_HELP, ProblemSpec, ShapeError, select_cases
+from spak.results.jsonl import jsonable as _jsonable
 
 __all__ = ["SCHEMA", "SPACE_KEYS", "FALLBACK_SPACES", "config_id", "parse_space_args",
            "load_space", "expand_space", "Job", "plan_jobs", "compile_unit", "read_results",
            "ResultsWriter", "row_problem", "SweepOptions", "Sweep", "estimate_seconds", "register",
            "cmd_sweep", "main", "git_commit", "provider_name"]
 
-SCHEMA = "spak.sweep/1"
+SCHEMA = "spak.tune.sweep/1"
 SPACE_KEYS = ("TILE_M", "TILE_N", "occupancy", "num_ctas")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PLAN = ROOT / "plans" / "fmha.toml"
 
 #: Used only when the plan file has no [sweep.<arch>] (or cannot be read); same lists as
@@ -170,13 +170,13 @@ EXCLUDE = "exclude"
 
 def load_space(plan_path, arch: str) -> tuple[dict, str]:
     """(space, where it came from) for ``arch``: the plan's [sweep.<arch>] lists, read with
-    spak.plan's validating loader (plain TOML if that module is absent). A plan that does
+    spak.recipe.schema's validating loader (plain TOML if that module is absent). A plan that does
     not load is an error (ValueError naming the problem); a plan without [sweep.<arch>], or
     no plan file, falls back to FALLBACK_SPACES (ValueError if that has no entry either)."""
     p = Path(plan_path) if plan_path else DEFAULT_PLAN
     if p.exists():
         try:
-            from spak.plan import load_plan
+            from spak.recipe.schema import load_plan
         except ImportError:
             load_plan = None
         if load_plan is not None:
@@ -223,8 +223,8 @@ def load_space(plan_path, arch: str) -> tuple[dict, str]:
 def expand_space(space: dict) -> list[dict]:
     """The cross product of a space, as config dicts (TILE_M, TILE_N required), less the
     configs matching an entry of ``space["exclude"]`` (the plan's known-bad combinations,
-    spak.plan.excluded)."""
-    from spak.plan import excluded
+    spak.recipe.schema.excluded)."""
+    from spak.recipe.schema import excluded
     for k in ("TILE_M", "TILE_N"):
         if not space.get(k):
             raise ValueError(f"the sweep space has no {k} values")
@@ -264,7 +264,7 @@ class Job:
 
 
 def _tiny(d: int) -> int:
-    from spak.sweep_worker import tiny_dim
+    from spak.tune.worker import tiny_dim
     return tiny_dim(d)
 
 
@@ -456,7 +456,7 @@ class _Child:
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"]
                                          if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        cmd = [sys.executable, "-m", "spak.sweep_worker", "--fd", str(w), "--role", role,
+        cmd = [sys.executable, "-m", "spak.tune.worker", "--fd", str(w), "--role", role,
                "--runner", runner, "--opts", json.dumps(opts), "--parent", str(os.getpid())]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=log,
                                      pass_fds=(w,), start_new_session=True, env=env,
@@ -1155,7 +1155,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     say(f"spak sweep: {status}; this run: {counts or 'nothing to do'}; "
         f"{_fmt_s(time.monotonic() - sweep.t0)} wall; results in {out_path}")
     if args.update_store:
-        from spak import store
+        from spak.tune import choose as store
         try:
             changes = store.update_store([out_path], path=args.store,
                                          tiles_only=args.store_tiles_only, gpu=gpu,
@@ -1250,8 +1250,8 @@ def add_arguments(p) -> None:
 
 
 def main(argv=None) -> int:
-    """`python -m spak.sweep ...` (same as `spak sweep ...`)."""
-    p = argparse.ArgumentParser(prog="python -m spak.sweep", description=DESCRIPTION,
+    """`python -m spak.tune.sweep ...` (same as `spak sweep ...`)."""
+    p = argparse.ArgumentParser(prog="python -m spak.tune.sweep", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     args = p.parse_args(argv)

@@ -29,7 +29,7 @@ __all__ = ["PlanError", "Plan", "Step", "Target", "SweepSpace", "TflopsFloor", "
            "MAX_TILE"]
 
 SCHEMA_VERSION = 1
-DEFAULT_PLAN = Path(__file__).resolve().parent.parent / "plans" / "fmha.toml"
+DEFAULT_PLAN = Path(__file__).resolve().parents[2] / "plans" / "fmha.toml"
 KINDS = ("prototype", "kernel", "sweep")
 DTYPES = ("fp16", "bf16")
 CAUSAL = ("yes", "no", "both")
@@ -169,8 +169,8 @@ class Step:
         return f"step {self.index + 1} ({self.id})"
 
     def cases(self, shapes=None, dtypes=None, causal=None) -> list:
-        """The step's shapes expanded to ProblemSpecs (spak.problems.expand)."""
-        from spak.problems import expand
+        """The step's shapes expanded to ProblemSpecs (spak.attention.problems.expand)."""
+        from spak.attention.problems import expand
         cs = {"both": (False, True), "yes": (True,), "no": (False,)}[causal or self.causal]
         return expand(list(shapes if shapes is not None else self.shapes),
                       tuple(dtypes or self.dtypes), cs)
@@ -337,7 +337,7 @@ def _known_models() -> tuple[str, ...]:
 
 
 def _check_shape(v: _V, path: str, text):
-    from spak.problems import SHAPE_SETS, ShapeError, parse_case
+    from spak.attention.problems import SHAPE_SETS, ShapeError, parse_case
     s = v.string(path, text)
     if s is None:
         return None
@@ -379,7 +379,7 @@ _SWEEP = {"TILE_M", "TILE_N", "occupancy", "num_ctas", "max_tile", "knobs", "not
 def _sim_agreement(v: _V, path, x):
     """A fraction in [0, 1] for every arch, or a table {arch: fraction}: each arch's
     simulator model is calibrated separately (sm_90 measured bit-exact, sm_120 not yet)."""
-    from spak.archs import ARCHS
+    from spak.device.archs import ARCHS
     if not isinstance(x, dict):
         return v.number(path, x, 0.0, 1.0)
     out = {}
@@ -436,7 +436,7 @@ def _tiles(v: _V, path, x, limits: dict):
 
 
 def _targets(v: _V, raw) -> dict:
-    from spak.archs import ARCHS, PROFILES
+    from spak.device.archs import ARCHS, PROFILES
     t = v.table("targets", raw, set(ARCHS) | set(raw if isinstance(raw, dict) else ()))
     out = {}
     if t is None:
@@ -455,7 +455,7 @@ def _targets(v: _V, raw) -> dict:
         gpus = v.lst(f"{path}.gpus", b.get("gpus", []), lambda p, x: v.string(p, x)) or []
         for i, g in enumerate(gpus):
             if g not in PROFILES:
-                v.err(f"{path}.gpus[{i}]", f"unknown GPU {g!r}; spak.archs profiles: "
+                v.err(f"{path}.gpus[{i}]", f"unknown GPU {g!r}; spak.device.archs profiles: "
                                            f"{', '.join(PROFILES)}")
             elif PROFILES[g].arch != arch:
                 v.err(f"{path}.gpus[{i}]", f"{g!r} is an {PROFILES[g].arch} GPU, not {arch}")
@@ -467,7 +467,7 @@ def _targets(v: _V, raw) -> dict:
 
 
 def _sweep(v: _V, raw, targets: dict) -> dict:
-    from spak.archs import ARCHS
+    from spak.device.archs import ARCHS
     out = {}
     if raw is None:
         return out
@@ -729,7 +729,7 @@ def _gpu_gates(v: _V, path, raw, kind, targets) -> dict:
 
 def _warn_floors(v: _V, steps, targets):
     """A floor above the peak of every GPU of its arch cannot be met: say so (not an error)."""
-    from spak.archs import PROFILES, peak_tflops
+    from spak.device.archs import PROFILES, peak_tflops
     for s in steps:
         for j, f in enumerate(s.gpu.get("tflops") or ()):
             gpus = targets[f.arch].gpus if f.arch in targets else ()
@@ -738,7 +738,7 @@ def _warn_floors(v: _V, steps, targets):
                 v.warnings.append(
                     f"steps[{s.index}].gates.gpu.tflops[{j}]: floor {f.floor:g} TFLOPS exceeds "
                     f"the {f.arch} peak dense {f.dtype} tensor rate with fp32 accumulate "
-                    f"({max(peaks):g}, spak.archs){'' if f.verified else '; it is unverified'}")
+                    f"({max(peaks):g}, spak.device.archs){'' if f.verified else '; it is unverified'}")
 
 
 def parse_plan(doc: dict, path: Optional[Path] = None) -> Plan:

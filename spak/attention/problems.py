@@ -32,7 +32,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from spak.metrics import round_to_bf16
+from spak.core.metrics import round_to_bf16
 
 __all__ = [
     "DTYPES", "MASK_KINDS", "ProblemSpec", "Inputs", "SHAPE_SETS", "ShapeError",

@@ -104,7 +104,7 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
 
 def _tileiras_path() -> Optional[str]:
     try:
-        from spak import gpu_env
+        from spak.device import env as gpu_env
         path, _ = gpu_env.find_tileiras(gpu_env.wheel_versions(), os.environ,
                                         gpu_env._wheel_tileiras())
         return path
@@ -119,7 +119,7 @@ def supported_archs(tileiras: Optional[str] = "auto") -> tuple[Optional[list[str
     """
     path = _tileiras_path() if tileiras == "auto" else tileiras
     if not path:
-        return None, "no tileiras found (see `python -m spak.gpu_env`)"
+        return None, "no tileiras found (see `python -m spak.device.env`)"
     try:
         out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
@@ -316,7 +316,7 @@ def _arch_list(text: str) -> list[str]:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from spak.plan import PlanError, load_plan
+    from spak.recipe.schema import PlanError, load_plan
     try:
         plan = load_plan(args.plan)
     except PlanError as e:

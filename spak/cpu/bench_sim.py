@@ -1,6 +1,6 @@
 """Benchmark: the simulator's speed on issue 2's reference problem, beside numpy.
 
-    python -m spak.bench_sim [--shape 1x8x2048x64] [--kernel fused] [--tiles 64x64] [--repeat 3]
+    python -m spak.cpu.bench_sim [--shape 1x8x2048x64] [--kernel fused] [--tiles 64x64] [--repeat 3]
 
 Prints the simulated seconds of the whole kernel (median of --repeat runs, after one
 warm-up run that pays numba's compile/cache load) and, measured in the same process, a
@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from spak.problems import make_inputs, parse_spec
-from spak.simrun import simulate_fmha
+from spak.attention.problems import make_inputs, parse_spec
+from spak.cpu.simrun import simulate_fmha
 
 
 def numpy_attention_f32(q, k, v, scale):
@@ -40,7 +40,7 @@ def _median_time(fn, repeat):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spak.bench_sim", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m spak.cpu.bench_sim", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="1x8x2048x64/fp16/noncausal")
     ap.add_argument("--kernel", default="fused", choices=("fused", "naive"))
