@@ -32,6 +32,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
+from spak.core.errors import ShapeError
 from spak.core.metrics import round_to_bf16
 
 __all__ = [
@@ -59,10 +60,6 @@ named sets: {sets}"""
 
 #: The largest head dim the kernels take (gpu.plan.MAX_HEAD_DIM).
 MAX_HEAD_DIM = 256
-
-
-class ShapeError(ValueError):
-    """A shape string that does not follow the grammar (the message says why)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,163 @@
+"""The kernel-family interface: what the simulate-then-run loop needs to know about one
+kind of kernel, so that every command (`spak sim/run/sweep/store/report/plan/compile`)
+works through it instead of knowing attention.
+
+A family is one object (a subclass of `KernelFamily`, registered in spak/families/
+__init__.py). Data flows one way through it:
+
+    shape text --parse/select--> problem --make_inputs--> numpy inputs
+        --plan (framework-agnostic Launches)--> sim.launch (CPU) or cuTile (GPU)
+        --compare with reference (float64) under gates--> result row
+
+A *problem* is any frozen, hashable object with a ``case_id`` (its full text in the
+family's grammar, ``parse(case_id) == problem``), a ``display`` (shorter, for tables),
+``dtype`` ("fp16" | "bf16") and ``causal`` attributes. Inputs are a mapping or a
+NamedTuple of numpy arrays (float16, or float32 holding bf16 values).
+
+Outputs are named (the forward has one, "out"; a backward has "dq", "dk", "dv"); each is
+checked against its float64 reference with the family's gate for the problem's dtype.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from spak.core.errors import ShapeError
+from spak.core.metrics import max_abs, nonfinite_count, rel_l2
+
+__all__ = ["KernelFamily", "ShapeError"]
+
+
+class KernelFamily:
+    """Base class of the kernel families. Subclasses fill the class attributes and
+    implement the methods marked "required"; the rest have working defaults.
+
+    Class attributes:
+      name          the --family value and the results rows' "family" field, e.g. "fmha_fwd"
+      title         one line for `--help` and reports
+      kernels       the family's kernel variants, e.g. ("fused", "naive"); the first is the
+                    one users get and the sweeper tunes
+      outputs       names of the checked outputs, e.g. ("out",) or ("dq", "dk", "dv")
+      metric        "TFLOPS" (compute-bound: `flops`) or "GB/s" (memory-bound: `bytes_moved`)
+      space_keys    the sweep space's knobs, e.g. ("TILE_M", "TILE_N", "occupancy", "num_ctas")
+      store_fields  the fields the tuned-config store files a config under (besides gpu,
+                    kernel and family); `store_key` gives their values for a problem
+      peers         names of the GPU providers `spak run` and `spak sweep` time beside ours
+      entry_point   the PyTorch callable users call, e.g. "spak.fmha"
+    """
+
+    name: str = ""
+    title: str = ""
+    kernels: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("out",)
+    metric: str = "TFLOPS"
+    space_keys: tuple[str, ...] = ()
+    store_fields: tuple[str, ...] = ()
+    peers: tuple[str, ...] = ()
+    entry_point: str = ""
+
+    # ------------------------------------------------------------------ problems
+    #: Named sets of shape strings, e.g. {"default": [...], "standard": [...]}.
+    shape_sets: Mapping[str, Sequence[str]] = {}
+
+    def grammar_help(self) -> str:
+        """The shape grammar and the named sets, for `--help` epilogs (required)."""
+        raise NotImplementedError
+
+    def parse(self, text: str):
+        """One shape string -> a problem; raises ShapeError saying what is wrong (required)."""
+        raise NotImplementedError
+
+    def check_shape_text(self, text: str) -> None:
+        """Validate one --shapes item at argument-parse time (a set name or a shape);
+        raises ShapeError. Default: a set name, or anything `parse` accepts."""
+        if text.strip().lower() not in self.shape_sets:
+            self.parse(text)
+
+    def select(self, items: Iterable[str], *, dtype: str = "all", causal: str = "both") -> list:
+        """Set names and shape strings -> problems, in order, without duplicates; open
+        attributes are expanded over `dtype` (fp16/bf16/all) and `causal`
+        (yes/no/both) (required)."""
+        raise NotImplementedError
+
+    def make_inputs(self, problem, seed: int = 0):
+        """Fresh random inputs for the problem, reproducible from (seed, problem.case_id);
+        never zeros (required)."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------- reference and gates
+    def reference(self, problem, inputs) -> dict[str, np.ndarray]:
+        """The float64 reference of every output, by name (required)."""
+        raise NotImplementedError
+
+    def gate(self, problem, output: str) -> float:
+        """The largest relative L2 error vs float64 that passes, for one output (required)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the plan
+    def plan(self, kernel: str, arrays: Mapping[str, Any], *, tiles=None, alloc=None,
+             **options) -> list:
+        """Framework-agnostic launches (spak.gpu.plan.Launch) computing the outputs into
+        the arrays given (numpy/SimArray for the simulator, torch tensors on a GPU);
+        validates everything first (required)."""
+        raise NotImplementedError
+
+    def simulate(self, kernel: str, problem, inputs, *, tiles=None,
+                 model: str = "sm_90") -> tuple[dict[str, np.ndarray], list]:
+        """Run the kernel's launches in the CPU simulator: (outputs by name, the
+        sim.LaunchReport of every launch) (required)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ cost
+    def flops(self, problem) -> float:
+        """Floating-point operations of one call, by the convention peers use."""
+        raise NotImplementedError
+
+    def bytes_moved(self, problem) -> float:
+        """Bytes one call must read and write at least (for GB/s of memory-bound kernels)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ tuning
+    def default_config(self, problem, arch: str = "sm_90") -> dict:
+        """The config used when the store has none (required by sweep and run)."""
+        raise NotImplementedError
+
+    def store_key(self, problem) -> dict:
+        """Values of `store_fields` for a problem: what a tuned config is filed under."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ the CPU loop
+    def sim_case(self, kernel: str, problem, *, tiles=None, model: str = "sm_90",
+                 seed: int = 0) -> dict:
+        """One row of `spak sim`: every output's errors vs float64 and the verdict.
+
+        The row's top-level rel_l2 / max_abs / nonfinite / gate are those of the output
+        that is worst against its gate, so single-output families read as before."""
+        inputs = self.make_inputs(problem, seed)
+        t0 = time.perf_counter()
+        outs, reports = self.simulate(kernel, problem, inputs, tiles=tiles, model=model)
+        seconds = time.perf_counter() - t0
+        ref = self.reference(problem, inputs)
+        per = {}
+        for name in self.outputs:
+            rel, bad = rel_l2(outs[name], ref[name]), nonfinite_count(outs[name])
+            per[name] = {"rel_l2": rel, "max_abs": max_abs(outs[name], ref[name]),
+                         "nonfinite": bad, "gate": self.gate(problem, name),
+                         "passed": bad == 0 and rel <= self.gate(problem, name)}
+        worst = max(per, key=lambda n: (not per[n]["passed"],
+                                        per[n]["rel_l2"] / per[n]["gate"]))
+        row = {"kernel": kernel, "shape": problem.display, "causal": problem.causal,
+               "dtype": problem.dtype, **{k: per[worst][k] for k in
+                                          ("rel_l2", "max_abs", "nonfinite", "gate")},
+               "seconds": seconds, "passed": all(p["passed"] for p in per.values()),
+               "error": None,
+               "launches": [{"kernel": r.kernel, "grid": list(r.grid), "groups": r.groups,
+                             "splits": r.splits, "seconds": r.seconds} for r in reports]}
+        if len(self.outputs) > 1:
+            row["outputs"] = per
+        return row
+
+    def __repr__(self) -> str:
+        return f"<kernel family {self.name}: {self.title}>"

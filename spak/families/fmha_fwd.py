@@ -1,0 +1,87 @@
+"""The FMHA forward as a kernel family: O = softmax(Q K^T * scale + M) V.
+
+Problems, grammar and inputs come from spak.attention.problems, the float64 reference
+from spak.attention.reference, the launches from spak.gpu.plan.plan_fmha and the CPU
+run from spak.cpu.simrun; this module only says which is which.
+"""
+from __future__ import annotations
+
+from spak.attention import problems as P
+from spak.core.metrics import gate_for
+from spak.families.base import KernelFamily
+
+
+class FmhaForward(KernelFamily):
+    name = "fmha_fwd"
+    title = "fused multi-head attention, forward (causal, masks, GQA, Sq != Sk)"
+    kernels = ("fused", "naive")
+    outputs = ("out",)
+    metric = "TFLOPS"
+    space_keys = ("TILE_M", "TILE_N", "occupancy", "num_ctas")
+    store_fields = ("dtype", "head_dim", "causal", "seq_bucket")
+    peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
+    entry_point = "spak.fmha"
+    shape_sets = P.SHAPE_SETS
+
+    # problems
+    def grammar_help(self) -> str:
+        return P.GRAMMAR_HELP
+
+    def parse(self, text: str) -> P.ProblemSpec:
+        return P.parse_spec(text)
+
+    def check_shape_text(self, text: str) -> None:
+        if text.strip().lower() not in self.shape_sets:
+            P.parse_case(text)
+
+    def select(self, items, *, dtype="all", causal="both") -> list[P.ProblemSpec]:
+        return P.select_cases(items, dtype=dtype, causal=causal)
+
+    def make_inputs(self, problem, seed: int = 0) -> P.Inputs:
+        return P.make_inputs(problem, seed)
+
+    # reference and gates
+    def reference(self, problem, inputs) -> dict:
+        from spak.attention.reference import attention_f64
+        return {"out": attention_f64(inputs.q, inputs.k, inputs.v, mask=inputs.mask,
+                                     causal=problem.causal)}
+
+    def gate(self, problem, output: str = "out") -> float:
+        return gate_for(problem.dtype)
+
+    # the plan
+    def plan(self, kernel, arrays, *, tiles=None, alloc=None, mask=None, causal=False,
+             scale=None):
+        from spak.gpu.plan import plan_fmha
+        a = arrays
+        return plan_fmha(kernel, a["q"], a["k"], a["v"], a["out"], mask=mask, causal=causal,
+                         scale=scale, tiles=tiles, alloc=alloc)
+
+    def simulate(self, kernel, problem, inputs, *, tiles=None, model="sm_90"):
+        from spak.cpu.simrun import simulate_fmha
+        out, reports = simulate_fmha(kernel, inputs.q, inputs.k, inputs.v, mask=inputs.mask,
+                                     causal=problem.causal, tiles=tiles, model=model,
+                                     dtype=problem.dtype)
+        return {"out": out}, reports
+
+    # cost
+    def flops(self, problem) -> float:
+        return problem.flops
+
+    def bytes_moved(self, problem) -> float:
+        p = problem
+        elems = p.B * p.Hq * p.Sq * p.D * 2 + p.B * p.Hkv * p.Sk * p.D * 2
+        return 2.0 * elems + (4.0 * p.B * p.Sq * p.Sk if p.mask else 0.0)
+
+    # tuning
+    def default_config(self, problem, arch: str = "sm_90") -> dict:
+        from spak.gpu.plan import default_tiles
+        return default_tiles(problem.D, arch, problem.causal)
+
+    def store_key(self, problem) -> dict:
+        from spak.tune.store import seq_bucket
+        return {"dtype": problem.dtype, "head_dim": problem.D, "causal": problem.causal,
+                "seq_bucket": seq_bucket(problem.Sk)}
+
+
+FAMILY = FmhaForward()
