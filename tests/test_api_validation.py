@@ -330,7 +330,8 @@ def test_sim_slice_reproduces_the_full_problem_bit_for_bit(case):
 
 
 def test_stats_and_results_file(tmp_path):
-    from spak.device.gpurun import append_jsonl, stats
+    from spak.core.stats import stats
+    from spak.results.jsonl import append_jsonl
     s = stats([3.0, 1.0, 2.0, 4.0, 100.0])
     assert s["ms_median"] == 3.0 and s["ms_min"] == 1.0 and s["runs"] == 5
     p = tmp_path / "r.jsonl"

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import cuda.tile as ct
 
+from spak.results.jsonl import read_results
 from spak import sim
 from spak.gpu.plan import plan_fmha
 from spak import cli
@@ -551,7 +552,7 @@ def test_report_reads_a_corrupt_results_file(tail, warns, tmp_path, capsys):
 @pytest.mark.parametrize("tail,warns", [c[1:] for c in CORRUPT_TAILS], ids=[c[0] for c in CORRUPT_TAILS])
 def test_sweep_resume_and_store_update_read_a_corrupt_results_file(tail, warns, tmp_path):
     p = _corrupt_file(tmp_path, tail)
-    rows = sweep.read_results(p, warn=lambda m: None)
+    rows = read_results(p, warn=lambda m: None)
     done = sweep._done_keys(rows, GPU, "fused", retry_failed=False)
     assert {k[2] for k in done} == {"64x64", "128x64", "-"}   # corrupt rows are not "done"
     lines = store.update_store([p], tmp_path / "store.json")
@@ -651,7 +652,7 @@ def test_results_read_through_gzip_match_the_plain_file(tmp_path):
     plain.write_text("".join(json.dumps(r) + "\n" for r in GOOD_ROWS))
     packed = tmp_path / "r.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
-    assert sweep.read_results(packed) == sweep.read_results(plain) == GOOD_ROWS
+    assert read_results(packed) == read_results(plain) == GOOD_ROWS
     assert store.update_store([packed], tmp_path / "store.json")
     assert tuned.lookup(GPU, "fused", "fp16", 64, False, 2048,
                         path=tmp_path / "store.json") == {"TILE_M": 128, "TILE_N": 64}

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 
 from spak.device import gpurun
+from spak.results.jsonl import ResultsWriter, append_jsonl, read_results
 
-from spak.tune import sweep as sw
 from spak.attention.problems import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,9 +56,9 @@ def test_every_row_is_flushed_and_fsynced_before_the_call_returns(writer, tmp_pa
     rows = [{"i": i, "x": float("nan") if i == 1 else i / 3} for i in range(5)]
     if writer.startswith("spak run"):
         for r in rows:
-            gpurun.append_jsonl(p, r)
+            append_jsonl(p, r)
     else:
-        w = sw.ResultsWriter(p)
+        w = ResultsWriter(p)
         for r in rows:
             w.write(r)
         w.close()
@@ -71,7 +71,7 @@ def test_every_row_is_flushed_and_fsynced_before_the_call_returns(writer, tmp_pa
 _WRITER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from spak.device.gpurun import append_jsonl
+from spak.results.jsonl import append_jsonl
 i = 0
 while True:
     append_jsonl({path!r}, {{"provider": "spak-fused", "case": "c%d" % i, "i": i,
@@ -99,11 +99,11 @@ def test_a_killed_run_keeps_every_finished_row_and_the_file_stays_appendable(tmp
     # a torn tail, as a kill mid-write (or a full disk) leaves it
     with open(p, "ab") as f:
         f.write(b'{"provider": "spak-fused", "case": "torn", "i": ')
-    gpurun.append_jsonl(p, {"provider": "spak-naive", "case": "after", "i": -1})
+    append_jsonl(p, {"provider": "spak-naive", "case": "after", "i": -1})
     after = _lines(p)
     assert after[-1] == {"provider": "spak-naive", "case": "after", "i": -1}
     assert after[-2] is None                                   # the torn line, on its own
-    got = sw.read_results(p, warn=lambda m: None)              # what report/resume read
+    got = read_results(p, warn=lambda m: None)              # what report/resume read
     assert got[-1]["case"] == "after" and all(r["case"] != "torn" for r in got)
 
 
@@ -112,9 +112,9 @@ def test_append_heals_a_torn_last_line(tmp_path):
     losing that row too (ResultsWriter already healed)."""
     p = tmp_path / "r.jsonl"
     p.write_text('{"a": 1}\n{"a": 2, "b"')
-    gpurun.append_jsonl(p, {"a": 3})
+    append_jsonl(p, {"a": 3})
     assert [r for r in _lines(p)] == [{"a": 1}, None, {"a": 3}]
-    gpurun.append_jsonl(None, {"a": 4})                        # --out -: nothing written
+    append_jsonl(None, {"a": 4})                        # --out -: nothing written
 
 
 # ------------------------------------------------------------------ sweep --resume
@@ -134,7 +134,7 @@ def test_sweep_resume_over_a_corrupt_results_file(tmp_path):
             "--compile-jobs", "0", "--no-sdpa"]
     first = _sweep_cli(args)
     assert first.returncode == 0, first.stdout + first.stderr
-    results = [r for r in sw.read_results(out) if r.get("kind") == "result"]
+    results = [r for r in read_results(out) if r.get("kind") == "result"]
     assert len(results) == 3                                   # 2 configs + the default
     text = out.read_text().splitlines(keepends=True)
     victim = next(i for i, ln in enumerate(text) if '"kind": "result"' in ln)
@@ -145,10 +145,10 @@ def test_sweep_resume_over_a_corrupt_results_file(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stderr.count("skipping a corrupt line") == 2, again.stderr
     assert "Traceback" not in again.stderr
-    results = [r for r in sw.read_results(out) if r.get("kind") == "result"]
+    results = [r for r in read_results(out) if r.get("kind") == "result"]
     ids = sorted(r["config_id"] for r in results)
     assert ids == sorted({r["config_id"] for r in results}) and len(ids) == 3
-    start = [r for r in sw.read_results(out) if r.get("kind") == "start"][-1]
+    start = [r for r in read_results(out) if r.get("kind") == "start"][-1]
     assert start["todo"] == 1 and results[-1]["config_id"] == lost
 
 
@@ -174,7 +174,7 @@ def test_oom_while_preparing_one_shape_is_rows_and_the_batch_goes_on(tmp_path):
     seen = []
 
     def emit(row):
-        gpurun.append_jsonl(p, row)
+        append_jsonl(p, row)
         seen.append(row)
 
     def run_case(spec, em):
@@ -245,7 +245,7 @@ def test_oom_in_one_kernel_is_its_row_and_the_other_kernel_runs(monkeypatch, tmp
     rows = gpurun.guarded_case(
         spec, ("fused", "naive"),
         lambda em: gpurun.run_case(spec, ("fused", "naive"), args, env, None, em),
-        lambda r: gpurun.append_jsonl(p, r), env.base)
+        lambda r: append_jsonl(p, r), env.base)
     assert [r["provider"] for r in rows] == ["spak-fused", "spak-naive"]
     assert rows[0]["error"].startswith("OutOfMemoryError: CUDA out of memory")
     assert rows[1]["error"].startswith("ValueError: tiles['TILE_M']")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from spak.results.jsonl import ResultsWriter, read_results
 from spak.tune import sweep as sw
 from spak.attention.problems import select_cases
 from spak.tune.worker import FakeRunner, tiny_dim
@@ -28,7 +29,7 @@ SPACE = ["TILE_M=64,128", "TILE_N=64", "occupancy=1,2", "num_ctas=1"]
 
 
 def _results(path) -> list[dict]:
-    return [r for r in sw.read_results(path) if r.get("kind") == "result"]
+    return [r for r in read_results(path) if r.get("kind") == "result"]
 
 
 def _sweep(tmp_path, fake: dict, *, shapes=SHAPES, space=None, timeout=5.0,
@@ -43,7 +44,7 @@ def _sweep(tmp_path, fake: dict, *, shapes=SHAPES, space=None, timeout=5.0,
                            runner="fake:" + json.dumps(fake), quiet=True)
     s = sw.Sweep(out, opts)
     hello = s.start_worker()
-    writer = sw.ResultsWriter(out)
+    writer = ResultsWriter(out)
     res = s.run(jobs, writer, {"gpu": hello["gpu"], "arch": hello["arch"], "commit": "abc"},
                 done=done)
     writer.close()
@@ -171,7 +172,7 @@ def test_resume_skips_measured_configs(tmp_path):
     _, jobs, res1, _ = _sweep(tmp_path, {"delay_s": 0.2}, budget_s=3.0, out=out)
     assert res1["stopped"] == "budget" and 0 < res1["left"] < len(jobs)
     first = _results(out)
-    done = sw._done_keys(sw.read_results(out), "Fake GPU", "fused", retry_failed=False)
+    done = sw._done_keys(read_results(out), "Fake GPU", "fused", retry_failed=False)
     assert len(done) == len(first)
     _, _, res2, _ = _sweep(tmp_path, {"delay_s": 0.0, "launch_error": ["128x64/o2/c1"]},
                            done=done, out=out)
@@ -181,20 +182,20 @@ def test_resume_skips_measured_configs(tmp_path):
     assert sorted(r["case"] + r["provider"] + r["config_id"] for r in rows) == \
         sorted(j.case + j.provider + j.config_id for j in jobs)
     # --retry-failed: failures are not "done"
-    done2 = sw._done_keys(sw.read_results(out), "Fake GPU", "fused", retry_failed=True)
+    done2 = sw._done_keys(read_results(out), "Fake GPU", "fused", retry_failed=True)
     assert len(done2) == len(rows) - sum(r["status"] != "ok" for r in rows)
     # another GPU's rows never count as done
-    assert not sw._done_keys(sw.read_results(out), "Other GPU", "fused", retry_failed=False)
+    assert not sw._done_keys(read_results(out), "Other GPU", "fused", retry_failed=False)
 
 
 def test_results_writer_heals_a_torn_last_line(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_text('{"kind": "result", "a": 1}\n{"kind": "res')
-    w = sw.ResultsWriter(p)
+    w = ResultsWriter(p)
     w.write({"kind": "result", "a": 2})
     w.close()
     warnings = []
-    rows = sw.read_results(p, warn=warnings.append)
+    rows = read_results(p, warn=warnings.append)
     assert [r["a"] for r in rows] == [1, 2] and len(warnings) == 1
 
 
@@ -233,7 +234,7 @@ def test_sigkill_mid_sweep_then_resume_loses_at_most_the_config_in_flight(tmp_pa
     proc.wait()
     before = _results(out)
     assert 8 <= len(before) < 21
-    worker = next(r["worker_pid"] for r in sw.read_results(out) if r.get("kind") == "start")
+    worker = next(r["worker_pid"] for r in read_results(out) if r.get("kind") == "start")
     t = time.time()
     while _alive(worker) and time.time() - t < 10:
         time.sleep(0.05)
@@ -244,7 +245,7 @@ def test_sigkill_mid_sweep_then_resume_loses_at_most_the_config_in_flight(tmp_pa
     assert rows[:len(before)] == before                      # nothing measured was lost
     keys = [(r["case"], r["provider"], r["config_id"]) for r in rows]
     assert len(keys) == len(set(keys)) == 3 * 7               # each job exactly once
-    resumed = [r for r in sw.read_results(out) if r.get("kind") == "start"][-1]
+    resumed = [r for r in read_results(out) if r.get("kind") == "start"][-1]
     assert resumed["todo"] == 21 - len(before)                # only the in-flight one re-run
     assert "already in" in again.stdout
 
@@ -255,7 +256,7 @@ def test_cli_budget_exit_status_and_list(tmp_path):
               "--space", *SPACE, "--out", str(out), "--budget-s", "2.5"], timeout=60)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "--resume" in r.stdout
-    end = [x for x in sw.read_results(out) if x.get("kind") == "end"][-1]
+    end = [x for x in read_results(out) if x.get("kind") == "end"][-1]
     assert end["status"] == "budget" and end["left"] > 0
     r2 = _cli(["--runner", "fake:{}", "--shapes", *SHAPES, "--space", *SPACE, "--out",
                str(out)], timeout=60)

@@ -33,8 +33,6 @@ import datetime as _dt
 import functools
 import json
 import math
-import os
-import re
 import shlex
 import sys
 import time
@@ -43,13 +41,16 @@ from pathlib import Path
 from typing import Optional
 
 from spak.gpu.variants import apply_hints, split_config
+from spak.core.stats import stats
+from spak.results.jsonl import append_jsonl
+from spak.results.provenance import commit_label, slug
 
 from spak import __version__
 from spak.core.metrics import GATES
 from spak.attention.problems import GRAMMAR_HELP, ShapeError, select_cases
 from spak.results.jsonl import jsonable as _jsonable
 
-__all__ = ["register", "cmd_run", "sim_slice", "time_events", "stats", "append_jsonl",
+__all__ = ["register", "cmd_run", "sim_slice", "time_events", 
            "failure_text", "guarded_case", "PROVIDERS_SDPA"]
 
 PROVIDERS_SDPA = ("flash", "cudnn", "efficient")
@@ -59,21 +60,6 @@ DEFAULT_SIM_WORK = 1 << 29       # simulated Sq_slice * Sk * D * heads (~1 s per
 
 
 # ------------------------------------------------------------------ small pure helpers
-
-def stats(ms: list[float]) -> dict:
-    """median, min, max, p25, p75 (ms) and the relative spread (p75-p25)/median."""
-    s = sorted(ms)
-    n = len(s)
-
-    def q(f):
-        i = f * (n - 1)
-        lo, hi = int(math.floor(i)), int(math.ceil(i))
-        return s[lo] + (s[hi] - s[lo]) * (i - lo)
-    med = q(0.5)
-    return {"ms_median": med, "ms_min": s[0], "ms_max": s[-1], "ms_p25": q(0.25),
-            "ms_p75": q(0.75), "spread": (q(0.75) - q(0.25)) / med if med else None,
-            "runs": n}
-
 
 def sim_slice(B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int, tile_m: int,
               heads: int = 1, work: int = DEFAULT_SIM_WORK) -> dict:
@@ -96,24 +82,6 @@ def sim_slice(B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int, tile_m: int,
             "text": "full problem" if full else
             f"b=0, q heads 0..{hq - 1} (kv 0..{hkv - 1}), rows {r0}..{Sq - 1} of {Sq}, "
             f"all {Sk} keys"}
-
-
-def append_jsonl(path: Optional[Path], row: dict) -> None:
-    """Append one JSON line and fsync it: a killed run loses nothing already written.
-
-    A torn last line (a run killed in the middle of a write) is ended with a newline
-    first, so it cannot swallow this row (readers skip the torn line)."""
-    if path is None:
-        return
-    line = (json.dumps(_jsonable(row), allow_nan=False) + "\n").encode()
-    with open(path, "a+b") as f:
-        if f.seek(0, os.SEEK_END) > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                line = b"\n" + line
-        f.write(line)                      # "a" mode: always at the end
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def failure_text(exc: BaseException) -> str:
@@ -159,20 +127,6 @@ def guarded_case(spec, kernels, run, emit, base: dict) -> list[dict]:
     return rows
 
 
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "gpu"
-
-
-def _git_commit() -> Optional[str]:
-    """Short commit of the tree that runs, "+dirty" when tracked files differ from it (a
-    device copy of a working tree reports its base commit otherwise); $SPAK_COMMIT wins."""
-    from spak.tune.sweep import git_commit
-    commit, dirty = git_commit()
-    if commit is None:
-        return None
-    return (commit if os.environ.get("SPAK_COMMIT") else commit[:7]) + ("+dirty" if dirty else "")
 
 
 # ------------------------------------------------------------------ timing
@@ -398,7 +352,7 @@ class _Env:
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "torch": torch.__version__, "cuda": torch.version.cuda,
             "cuda_tile": getattr(ct, "__version__", None), "spak": __version__,
-            "commit": _git_commit(), "command": "spak " + shlex.join(argv),
+            "commit": commit_label(), "command": "spak " + shlex.join(argv),
         }
 
 
@@ -766,7 +720,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_path = None
     if args.out != "-":
         out_path = Path(args.out if args.out != "auto" else
-                        f"results/run-{_slug(env.gpu)}-{env.base['date'][:10]}.jsonl")
+                        f"results/run-{(slug(env.gpu) or 'gpu')}-{env.base['date'][:10]}.jsonl")
         out_path.parent.mkdir(parents=True, exist_ok=True)
     log = sys.stderr if args.json else sys.stdout
     all_rows = []

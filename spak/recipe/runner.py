@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from spak.results.jsonl import jsonable as _jsonable
+from spak.results.jsonl import read_results
 from spak.recipe.schema import sim_agreement_for
 
 __all__ = ["register", "cmd_plan", "PlanRunner", "write_report", "format_markdown"]
@@ -136,7 +137,6 @@ def _rel(path) -> str:
 
 def read_jsonl(paths) -> list[dict]:
     """Every row of the files (a .gz name is read through gzip); a torn line is skipped."""
-    from spak.tune.sweep import read_results
     for p in paths:
         if not Path(p).is_file():            # a missing file is the caller's error
             raise FileNotFoundError(f"no such results file: {p}")

@@ -36,12 +36,14 @@ import datetime as _dt
 import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
 from spak.results.jsonl import repo_path
+from spak.core.stats import geomean
+from spak.results.jsonl import read_results, row_problem
+from spak.results.provenance import slug
 
 __all__ = ["load_rows", "sections", "markdown", "plot_providers", "plot_heatmaps",
            "leaderboard_candidates", "load_leaderboard", "update_leaderboard",
@@ -99,7 +101,6 @@ def _norm(r: dict, source: str) -> Optional[dict]:
 
 def load_rows(paths: Iterable) -> list[dict]:
     """Result rows of every file, normalised; later duplicates replace earlier ones."""
-    from spak.tune.sweep import read_results, row_problem
     latest: dict = {}
     for p in paths:
         for n, r in enumerate(read_results(p, warn=lambda m: print("warning: " + m,
@@ -158,11 +159,6 @@ def _tf(r) -> Optional[float]:
     return float(r["tflops"]) if r and r.get("status") == "ok" and r.get("tflops") else None
 
 
-def _geomean(xs) -> Optional[float]:
-    xs = [x for x in xs if x]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def _cfg_label(r: dict) -> str:
     if r is None:
         return "-"
@@ -176,10 +172,6 @@ def _cfg_sort(r: dict) -> tuple:
     c = r.get("config") or {}
     return tuple(-1 if c.get(k) is None else int(c[k])
                  for k in ("TILE_M", "TILE_N", "occupancy", "num_ctas"))
-
-
-def _slug(text) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", str(text)).strip("-").lower() or "x"
 
 
 # ------------------------------------------------------------------ markdown
@@ -238,7 +230,7 @@ def markdown(rows: list[dict], *, sources: list, plots: dict, leaderboard: Optio
                      f"{_cfg_label(c['tuned'])} | {_fmt(_tf(c['default']))} | "
                      f"{_fmt(_tf(c['sdpa-cudnn']))} | {_fmt(_tf(c['sdpa-flash']))} | "
                      + " | ".join(cells) + " |")
-        gm = {k: _geomean(v) for k, v in ratios.items()}
+        gm = {k: geomean(v) for k, v in ratios.items()}
         L += ["", "Geometric means: " + ", ".join(
             f"tuned/{k.replace('sdpa-', '')} {_fmt(v, '{:.3f}')}x over {len(ratios[k])} shapes"
             for k, v in gm.items()) + "."]
@@ -591,7 +583,7 @@ def cmd_report(args) -> int:
     date = max((str(r.get("date", ""))[:10] for r in rows), default="") or \
         _dt.date.today().isoformat()
     out_dir = Path(args.out_dir) if args.out_dir else ROOT / "results" / (
-        f"report-{_slug(gpus[0]) if len(gpus) == 1 else 'multi'}-{date}")
+        f"report-{(slug(gpus[0]) or 'x') if len(gpus) == 1 else 'multi'}-{date}")
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.update_leaderboard:
         for line in update_leaderboard(lb, rows):
@@ -600,7 +592,7 @@ def cmd_report(args) -> int:
     plots: dict = {}
     if not args.no_plots:
         for (gpu, kernel, dtype), cases in sections(rows).items():
-            tag = f"{_slug(gpu)}-{kernel}-{dtype}"
+            tag = f"{(slug(gpu) or 'x')}-{kernel}-{dtype}"
             p = plot_providers(cases, out_dir / f"tflops-{tag}.png",
                                f"{gpu}: SPAK {kernel} vs PyTorch SDPA, {dtype}")
             plots[("providers", gpu, kernel, dtype)] = p.name

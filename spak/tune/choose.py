@@ -28,20 +28,16 @@ in the run that chose it.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
 from spak.tune import store as tuned
 from spak.results.jsonl import repo_path
+from spak.core.stats import geomean
+from spak.results.jsonl import read_results, row_problem
 
 __all__ = ["choose", "update_store", "format_store", "register", "cmd_store"]
-
-
-def _geomean(xs) -> float:
-    xs = [float(x) for x in xs]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def _usable(r: dict, row_problem) -> bool:
@@ -69,7 +65,6 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
     that applies the tiles dict alone). Rows carry "_source" (their file) when read by
     update_store.
     """
-    from spak.tune.sweep import row_problem
     groups: dict = {}
     for r in rows:
         if r.get("kind") != "result" or r.get("status") != "ok" or not r.get("tflops"):
@@ -97,7 +92,7 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
         scored = []
         for cid, m in by_cfg.items():
             if len(m) == most:
-                scored.append((_geomean(r["tflops"] for r in m.values()), cid, m))
+                scored.append((geomean(r["tflops"] for r in m.values()), cid, m))
         scored.sort(key=lambda t: (-t[0], t[1] != "default", t[1]))
         score, cid, m = scored[0]
         dflt = by_cfg.get("default")
@@ -108,7 +103,7 @@ def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str]
             if h not in tiles and v is not None:
                 tiles[h] = int(v)
         gpu_name, kern, dtype, d, causal, bucket = key
-        dflt_score = _geomean(dflt[c]["tflops"] for c in m if c in dflt) \
+        dflt_score = geomean(dflt[c]["tflops"] for c in m if c in dflt) \
             if dflt and all(c in dflt for c in m) else None
         entry = tuned.make_entry(
             gpu_name, kern, dtype, d, causal, bucket, tiles,
@@ -132,7 +127,6 @@ def update_store(results: Iterable, path=None, *, tiles_only: bool = False,
                  dry_run: bool = False) -> list[str]:
     """Merge the winners of the results files into the store (atomic write); returns one
     line per entry saying what changed."""
-    from spak.tune.sweep import read_results
     rows = []
     for f in results:
         for r in read_results(f):

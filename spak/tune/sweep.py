@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import gzip
 import itertools
 import json
 import math
 import os
-import re
 import selectors
 import shlex
 import signal
@@ -53,12 +51,13 @@ from typing import Optional
 
 from spak import __version__
 from spak.attention.problems import GRAMMAR_HELP, ProblemSpec, ShapeError, select_cases
-from spak.results.jsonl import jsonable as _jsonable
+from spak.results.jsonl import ResultsWriter, read_results, row_problem
+from spak.results.provenance import git_commit, slug
 
 __all__ = ["SCHEMA", "SPACE_KEYS", "FALLBACK_SPACES", "config_id", "parse_space_args",
-           "load_space", "expand_space", "Job", "plan_jobs", "compile_unit", "read_results",
-           "ResultsWriter", "row_problem", "SweepOptions", "Sweep", "estimate_seconds", "register",
-           "cmd_sweep", "main", "git_commit", "provider_name"]
+           "load_space", "expand_space", "Job", "plan_jobs", "compile_unit",
+           "SweepOptions", "Sweep", "estimate_seconds", "register",
+           "cmd_sweep", "main", "provider_name"]
 
 SCHEMA = "spak.tune.sweep/1"
 SPACE_KEYS = ("TILE_M", "TILE_N", "occupancy", "num_ctas")
@@ -334,114 +333,6 @@ def plan_jobs(kernel: str, specs, configs, *, arch: str = "sm_90", default: bool
 
 
 # ------------------------------------------------------------------ results file
-
-def read_results(path, *, warn=None) -> list[dict]:
-    """Every JSON object line of a results file; a torn or corrupt line (a kill in the
-    middle of a write) is skipped with a warning. A missing file is empty. A name ending
-    in .gz is read through gzip (committed results are kept compressed: the tree travels
-    to the GPU machine under a size limit)."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    rows = []
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt", encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                if warn:
-                    warn(f"{p}:{n}: skipping a corrupt line ({line[:60]!r}...)")
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-            elif warn:
-                warn(f"{p}:{n}: skipping a line that is not a JSON object ({line[:60]!r})")
-    return rows
-
-
-_ROW_STR = ("schema", "kind", "sweep_id", "date", "gpu", "arch", "commit", "kernel", "case",
-            "shape", "dtype", "provider", "config_id", "status", "error", "mask")
-_ROW_NUM = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "flops", "ms_median", "ms_min", "ms_max",
-            "ms_p25", "ms_p75", "tflops", "rel_l2", "rel_l2_vs_sdpa", "pct_ceiling")
-_ROW_CFG = ("config", "tiles")
-_CFG_KEYS = ("TILE_M", "TILE_N", "occupancy", "num_ctas", "LAT_K", "LAT_V")
-
-
-def row_problem(r) -> Optional[str]:
-    """Why a results line (spak sweep / spak run, any kind) cannot be used, or None.
-
-    A corrupt file can hold valid JSON of the wrong shape (a hand edit, a bit flip): the
-    readers (report, store update, sweep --resume) skip such a row with a warning rather
-    than crash on it. Checks the types of the fields they use; absent fields are fine."""
-    if not isinstance(r, dict):
-        return f"not a JSON object ({type(r).__name__})"
-    for k in _ROW_STR:
-        if r.get(k) is not None and not isinstance(r[k], str):
-            return f"{k!r} must be a string, got {r[k]!r}"
-    for k in _ROW_NUM:
-        v = r.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            return f"{k!r} must be a number, got {v!r}"
-    for k in _ROW_CFG:
-        c = r.get(k)
-        if c is None:
-            continue
-        if not isinstance(c, dict):
-            return f"{k!r} must be an object, got {c!r}"
-        for ck in _CFG_KEYS:
-            v = c.get(ck)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                return f"{k}.{ck} must be an integer, got {v!r}"
-    return None
-
-
-class ResultsWriter:
-    """Append-only JSON lines, each flushed and fsync'd before the call returns."""
-
-    def __init__(self, path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(self.path, "a+b")
-        self.f.seek(0, os.SEEK_END)
-        if self.f.tell() > 0:                 # a torn last line must not swallow the next
-            self.f.seek(-1, os.SEEK_END)
-            if self.f.read(1) != b"\n":
-                self.f.write(b"\n")
-        self.f.seek(0, os.SEEK_END)
-
-    def write(self, row: dict) -> None:
-        self.f.write((json.dumps(_jsonable(row), allow_nan=False) + "\n").encode())
-        self.f.flush()
-        os.fsync(self.f.fileno())
-
-    def close(self) -> None:
-        self.f.close()
-
-
-
-
-def git_commit(override: Optional[str] = None) -> tuple[Optional[str], Optional[bool]]:
-    """(`git rev-parse HEAD`, tracked files modified?) of the repository; (None, None)
-    where there is no git (e.g. a copied tree). ``override`` (or $SPAK_COMMIT) wins."""
-    override = override or os.environ.get("SPAK_COMMIT")
-    if override:
-        return override, None
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, cwd=ROOT)
-        if out.returncode != 0:
-            return None, None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, timeout=10, cwd=ROOT)
-        return out.stdout.strip() or None, bool(st.stdout.strip()) if st.returncode == 0 \
-            else None
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-
 
 # ------------------------------------------------------------------ child processes
 
@@ -984,10 +875,6 @@ def summarize(rows: list[dict]) -> list[str]:
 
 # ------------------------------------------------------------------ command line
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "gpu"
-
-
 def _auto_compile_jobs(runner: str) -> int:
     if runner != "gpu":
         return 0
@@ -1093,7 +980,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     gpu, arch = hello["gpu"], args.arch or hello["arch"]
     if out_arg == "auto":
         date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-        out_path = ROOT / "results" / f"sweep-{_slug(gpu)}-{args.kernel}-{date}.jsonl"
+        out_path = ROOT / "results" / f"sweep-{(slug(gpu) or 'gpu')}-{args.kernel}-{date}.jsonl"
         sweep.out_path = out_path
     else:
         out_path = Path(out_arg)

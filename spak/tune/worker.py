@@ -30,7 +30,7 @@ import sys
 import time
 import zlib
 
-from spak.device.gpurun import stats
+from spak.core.stats import stats
 from spak.results.jsonl import jsonable as _jsonable
 
 __all__ = ["STATUSES", "CHECK_RTOL", "check_threshold", "GpuRunner", "FakeRunner",
