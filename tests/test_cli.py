@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import spak.cli as cli
+import spak.cli.args as cli_args
+import spak.cli.sim as cli_sim
 from spak.core.metrics import GATES
 from spak.attention.problems import (SHAPE_SETS, ProblemSpec, ShapeError, expand, make_inputs, parse_case,
                            parse_spec, select_cases)
@@ -182,8 +184,8 @@ def expect_usage_error(argv, capsys, *needles):
 
 
 def test_parse_tiles():
-    assert cli.parse_tiles("64x128") == (64, 128)
-    assert cli.parse_tiles(" 16X16 ") == (16, 16)
+    assert cli_args.parse_tiles("64x128") == (64, 128)
+    assert cli_args.parse_tiles(" 16X16 ") == (16, 16)
 
 
 @pytest.mark.parametrize("argv, needles", [
@@ -254,7 +256,7 @@ def fake_run_case(fail_on=None, raise_on=None, nan_on=None):
 
 def test_sim_all_pass_table(monkeypatch, capsys):
     fake = fake_run_case()
-    monkeypatch.setattr(cli, "_load_run_case", lambda: fake)
+    monkeypatch.setattr(cli_sim, "_load_run_case", lambda family: fake)
     code, out, _ = run_main(["sim", "--tiles", "64x32", "--seed", "7"], capsys)
     n = len(SHAPE_SETS["default"])
     assert code == 0
@@ -274,7 +276,7 @@ def test_sim_failures_exit_1(monkeypatch, capsys):
     fake = fake_run_case(fail_on=lambda k, s: k == "naive" and s.D == 128,
                          raise_on=lambda k, s: k == "fused" and s.Sq == 1,
                          nan_on=lambda k, s: k == "fused" and s.Sq == 17)
-    monkeypatch.setattr(cli, "_load_run_case", lambda: fake)
+    monkeypatch.setattr(cli_sim, "_load_run_case", lambda family: fake)
     code, out, _ = run_main(["sim"], capsys)
     assert code == 1
     assert "RuntimeError: planted failure" in out and "    second line" in out
@@ -290,14 +292,14 @@ def test_sim_passed_flag_is_not_trusted_over_an_error(monkeypatch, capsys):
     def run_case(kernel_name, spec, **kw):
         return {"rel_l2": 0.0, "max_abs": 0.0, "nonfinite": 0, "seconds": 0.0, "gate": 1e-3,
                 "passed": True, "error": "checker: block (0, 1, 0) wrote out of bounds"}
-    monkeypatch.setattr(cli, "_load_run_case", lambda: run_case)
+    monkeypatch.setattr(cli_sim, "_load_run_case", lambda family: run_case)
     code, out, _ = run_main(["sim", "--shapes", "1x2x17x64/fp16/causal", "--kernel", "fused"], capsys)
     assert code == 1 and "FAIL" in out and "out of bounds" in out
 
 
 def test_sim_json(monkeypatch, capsys):
     fake = fake_run_case(nan_on=lambda k, s: s.Sq == 17)
-    monkeypatch.setattr(cli, "_load_run_case", lambda: fake)
+    monkeypatch.setattr(cli_sim, "_load_run_case", lambda family: fake)
     code, out, _ = run_main(["sim", "--json", "--kernel", "fused", "--shapes", "1x2x17x64",
                              "1x2x100x128/bf16", "--causal", "no"], capsys)
     doc = json.loads(out)  # the whole of stdout is one strict JSON document
@@ -313,14 +315,14 @@ def test_sim_json(monkeypatch, capsys):
 
 
 def test_format_row_handles_missing_values():
-    row = cli.format_row({"kernel": "fused", "shape": "1x1x1x64", "causal": True, "dtype": "fp16",
+    row = cli_sim.format_row({"kernel": "fused", "shape": "1x1x1x64", "causal": True, "dtype": "fp16",
                           "rel_l2": None, "max_abs": math.nan, "nonfinite": None, "seconds": None,
                           "passed": False, "error": "boom"})
     assert "fused" in row and "yes" in row and "nan" in row and "FAIL" in row and "error: boom" in row
 
 
 def test_broken_command_module_does_not_break_the_others(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["spak.cli", "spak.no_such_command"])
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["spak.cli.sim", "spak.no_such_command"])
     code, _, err = run_main(["no_such_command"], capsys)
     assert code == 1 and "unavailable" in err and "ModuleNotFoundError" in err
     code, out, _ = run_main(["sim", "--list", "--shapes", "1x1x1x64/fp16/causal"], capsys)

@@ -787,7 +787,7 @@ masked rows zero. Exit status: 0 all pass, 1 a case fails or errors, 2 bad usage
 
 def register(subparsers) -> None:
     """Add `spak run`."""
-    from spak.cli import model_arg, parse_tiles, shape_arg, _describe_sets
+    from spak.cli.args import describe_sets as _describe_sets, model_arg, parse_tiles, shape_arg
     p = subparsers.add_parser(
         "run", help="check, simulate-compare and time the kernels on the local GPU",
         description=DESCRIPTION.format(**GATES),

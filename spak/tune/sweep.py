@@ -1070,7 +1070,7 @@ DESCRIPTION = __doc__.split("\n\n", 1)[1]
 
 def register(subparsers) -> None:
     """Add `spak sweep`."""
-    from spak.cli import _describe_sets
+    from spak.cli.args import describe_sets as _describe_sets
     p = subparsers.add_parser(
         "sweep", help="sweep tile configs on the local GPU: check, time, find the best",
         description=DESCRIPTION, epilog=GRAMMAR_HELP.format(sets=_describe_sets())
@@ -1081,7 +1081,7 @@ def register(subparsers) -> None:
 
 
 def add_arguments(p) -> None:
-    from spak.cli import shape_arg
+    from spak.cli.args import shape_arg
     p.add_argument("--kernel", choices=("fused", "naive"), default="fused")
     p.add_argument("--shapes", nargs="+", type=shape_arg, default=["standard"],
                    metavar="SHAPE", help="named sets and/or shapes (default: standard)")
