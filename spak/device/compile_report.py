@@ -1,4 +1,5 @@
-"""`spak compile`: compile every kernel variant a plan names, for each target arch, on the CPU.
+"""What `spak compile` does: compile every kernel variant a plan names, for each target
+arch, on the CPU, and read each cubin's resources (the command itself: spak/cli/compile.py).
 
 cuTile's front end plus tileiras (the nvidia-cuda-tileiras wheel) turn each kernel into a
 cubin for an ``sm_XX`` without a GPU, through ``gpu.compile.compile_variant``. CI runs
@@ -26,16 +27,12 @@ a malformed plan.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import subprocess
-import sys
-import time
 from typing import Callable, Iterable, Optional
 
-__all__ = ["register", "cmd_compile", "CompileItem", "plan_items", "sweep_items",
+__all__ = ["CompileItem", "plan_items", "sweep_items",
            "supported_archs", "compile_items", "format_rows", "summarize", "hint_findings"]
 
 
@@ -53,28 +50,40 @@ class CompileItem(dict):
 _DT = {"fp16": "float16", "bf16": "bfloat16"}
 
 
-def plan_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None) -> list:
-    """Every (kernel, arch, variant) the plan's steps name, restricted to archs/kernels."""
+def _step_family(step) -> str:
+    """The kernel family a plan step belongs to (a step without one: the FMHA forward)."""
+    from spak import families
+    return getattr(step, "family", None) or families.DEFAULT
+
+
+def plan_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None,
+               family: Optional[str] = None) -> list:
+    """Every (kernel, arch, variant) the plan's steps name, restricted to archs/kernels and
+    (when given) to one kernel family."""
     archs, kernels = list(archs), (None if kernels is None else set(kernels))
     items = []
     seen = set()
     for s in plan.steps:
         if s.kernel is None or (kernels is not None and s.kernel not in kernels):
             continue
+        if family is not None and _step_family(s) != family:
+            continue
         for v in s.compile_variants:
             for arch in archs:
-                key = (s.kernel, arch, v)
+                key = (_step_family(s), s.kernel, arch, v)
                 if key in seen:
                     continue
                 seen.add(key)
-                items.append(CompileItem(kernel=s.kernel, arch=arch, dtype=v.dtype,
+                items.append(CompileItem(family=_step_family(s), kernel=s.kernel, arch=arch,
+                                         dtype=v.dtype,
                                          head_dim=v.head_dim, causal=v.causal, mask=v.mask,
                                          tiles=dict(v.tiles) if v.tiles else None,
                                          source=f"steps[{s.index}] {s.id}"))
     return items
 
 
-def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None) -> list:
+def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = None,
+                family: Optional[str] = None) -> list:
     """Every config of each arch's sweep space (tiles x occupancy x num_ctas and knobs) for
     each sweep step's kernel: fp16, D=64 and 128, causal and not.
 
@@ -86,6 +95,8 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
     for s in plan.steps:
         if s.kind != "sweep" or (kernels is not None and s.kernel not in set(kernels)):
             continue
+        if family is not None and _step_family(s) != family:
+            continue
         for arch in archs:
             if arch not in plan.sweep:
                 continue
@@ -93,7 +104,8 @@ def sweep_items(plan, archs: Iterable[str], kernels: Optional[Iterable[str]] = N
                 tiles, hints = split_config(cfg)
                 for d in (64, 128):
                     for causal in (False, True):
-                        items.append(CompileItem(kernel=s.kernel, arch=arch, dtype="fp16",
+                        items.append(CompileItem(family=_step_family(s), kernel=s.kernel,
+                                                 arch=arch, dtype="fp16",
                                                  head_dim=d, causal=causal, mask=False,
                                                  tiles=tiles, hints=hints,
                                                  source=f"sweep.{arch}"))
@@ -133,18 +145,10 @@ def supported_archs(tileiras: Optional[str] = "auto") -> tuple[Optional[list[str
 # ------------------------------------------------------------------------ compile
 
 def _compile_one(item: dict) -> dict:
-    from spak.gpu.compile import compile_variant
-    from spak.gpu.plan import default_tiles
-    tiles = item.get("tiles")
-    if not tiles:
-        try:      # newer gpu.plan picks tiles per causal flag too
-            tiles = default_tiles(item["head_dim"], item["arch"], causal=item["causal"])
-        except TypeError:
-            tiles = default_tiles(item["head_dim"], item["arch"])
-    r = compile_variant(item["kernel"], arch=item["arch"], dtype=_DT[item["dtype"]],
-                        head_dim=item["head_dim"], causal=item["causal"],
-                        has_mask=item["mask"], tiles=dict(tiles), hints=item.get("hints"))
-    return {**item, "tiles": dict(tiles), "status": "ok" if r["ok"] else "FAIL",
+    """Compile one item through its kernel family (absent: the FMHA forward)."""
+    from spak import families
+    r = families.get(item.get("family")).compile_variant(item)
+    return {**item, "tiles": dict(r["tiles"]), "status": "ok" if r["ok"] else "FAIL",
             "ok": bool(r["ok"]), "seconds": r["seconds"], "cubin_bytes": r["cubin_bytes"],
             "error": r["error"], "kernels": r.get("kernels", [])}
 
@@ -304,93 +308,3 @@ def summary_line(s: dict, wall: float) -> str:
 
 
 # ------------------------------------------------------------------------ command
-
-def _arch_list(text: str) -> list[str]:
-    archs = [a.strip() for a in text.split(",") if a.strip()]
-    for a in archs:
-        if not re.fullmatch(r"sm_\d+[a-z]?", a):
-            raise argparse.ArgumentTypeError(f"{a!r} is not an arch such as sm_90")
-    if not archs:
-        raise argparse.ArgumentTypeError("no arch given")
-    return archs
-
-
-def cmd_compile(args: argparse.Namespace) -> int:
-    from spak.recipe.schema import PlanError, load_plan
-    try:
-        plan = load_plan(args.plan)
-    except PlanError as e:
-        print(f"spak compile: {e}", file=sys.stderr)
-        return 2
-    archs = args.arch or plan.archs
-    kernels = [args.kernel] if args.kernel else None
-    items = plan_items(plan, archs, kernels)
-    if args.sweep:
-        items += sweep_items(plan, archs, kernels)
-    if not items:
-        print("spak compile: the plan names no kernel variant to compile"
-              + (f" for kernel {args.kernel}" if args.kernel else ""), file=sys.stderr)
-        return 2
-    if args.list:
-        for it in items:
-            print(f"{it.label:<38} {it['arch']}")
-        return 0
-    supported, how = supported_archs()
-    log = sys.stderr if args.json else sys.stdout
-    print(f"spak compile: {len(items)} variant(s) of plan {plan.name!r} for "
-          f"{', '.join(archs)}; tileiras: {how}"
-          + (f" (accepts {', '.join(supported)})" if supported else ""), file=log, flush=True)
-    for a in archs:
-        if supported is not None and a not in supported:
-            print(f"  {a}: arch not supported by this tileiras; its variants are failures",
-                  file=log, flush=True)
-    print(HEADER, file=log, flush=True)
-    t0 = time.perf_counter()
-    rows = compile_items(items, jobs=args.jobs, supported=supported,
-                         progress=lambda r, i, n: print(format_row(r), file=log, flush=True))
-    wall = time.perf_counter() - t0
-    s = summarize(rows)
-    for line in hint_findings(rows):
-        print(line, file=log, flush=True)
-    print(summary_line(s, wall), file=log, flush=True)
-    doc = {"command": "compile", "plan": str(plan.path), "archs": archs,
-           "tileiras": how, "tileiras_archs": supported, "rows": rows,
-           "summary": {**s, "wall_seconds": wall}}
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    return 0 if s["failed"] == 0 and s["unsupported"] == 0 else 1
-
-
-DESCRIPTION = __doc__.split("\n\n", 1)[1].split("Exit status")[0].rstrip() + """
-
-Exit status: 0 every variant compiled, 1 a variant failed or an arch is unsupported,
-2 bad usage or a malformed plan."""
-
-
-def register(subparsers) -> None:
-    """Add `spak compile`."""
-    p = subparsers.add_parser(
-        "compile", help="compile the plan's kernel variants to cubins for each arch (no GPU)",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", type=_arch_list, default=None, metavar="SM[,SM...]",
-                   help="comma-separated archs, e.g. sm_90,sm_120,sm_89 (default: the plan's "
-                        "targets)")
-    p.add_argument("--plan", default=None, metavar="PLAN",
-                   help="plan file (default: plans/fmha.toml)")
-    p.add_argument("--kernel", default=None, help="only this kernel (default: all the plan's)")
-    p.add_argument("--sweep", action="store_true",
-                   help="also compile every config of each arch's sweep space (tiles x "
-                        "occupancy x num_ctas; fp16, D 64 and 128, causal and not) and say "
-                        "which hints tileiras did not meet and which configs are the same "
-                        "kernel")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="compile in N processes (default 1)")
-    p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON document (the table goes to stderr)")
-    p.add_argument("--list", action="store_true", help="list the variants and exit")
-    p.set_defaults(func=cmd_compile)

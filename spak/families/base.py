@@ -110,6 +110,14 @@ class KernelFamily:
         sim.LaunchReport of every launch) (required)."""
         raise NotImplementedError
 
+    def compile_variant(self, item: Mapping[str, Any]) -> dict:
+        """Compile one variant to cubins for ``item["arch"]`` on the CPU (tileiras), launching
+        nothing. item: kernel, arch, dtype ("fp16"/"bf16"), head_dim, causal, mask, tiles
+        (None: the default), hints (occupancy, num_ctas; optional). Returns
+        {"ok", "seconds", "cubin_bytes", "error", "kernels" (resources per cubin), "tiles"}
+        (what `spak compile` tabulates)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ cost
     def flops(self, problem) -> float:
         """Floating-point operations of one call, by the convention peers use."""

@@ -64,6 +64,17 @@ class FmhaForward(KernelFamily):
                                      dtype=problem.dtype)
         return {"out": out}, reports
 
+    def compile_variant(self, item) -> dict:
+        from spak.gpu.compile import compile_variant
+        from spak.gpu.plan import default_tiles
+        tiles = item.get("tiles") or default_tiles(item["head_dim"], item["arch"],
+                                                   causal=item["causal"])
+        dtype = {"fp16": "float16", "bf16": "bfloat16"}[item["dtype"]]
+        r = compile_variant(item["kernel"], arch=item["arch"], dtype=dtype,
+                            head_dim=item["head_dim"], causal=item["causal"],
+                            has_mask=item["mask"], tiles=dict(tiles), hints=item.get("hints"))
+        return {**r, "tiles": dict(tiles)}
+
     # cost
     def flops(self, problem) -> float:
         return problem.flops
