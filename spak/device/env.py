@@ -166,54 +166,67 @@ def diagnose(*, arch: Optional[str] = None,
     versions = wheel_versions() if versions is None else versions
     env = os.environ if env is None else env
     wt = _wheel_tileiras() if wheel_tileiras == "auto" else wheel_tileiras
-    problems: list[Problem] = []
-
-    # -- the three compiler wheels: all or none, one version
     present = {w: versions.get(w) for w in WHEELS if versions.get(w)}
-    if present:
-        mm = {_major_minor(v) for v in present.values()}
-        if len(present) < len(WHEELS) or len(mm) > 1 or len(set(present.values())) > 1:
-            listed = ", ".join(f"{w} {versions.get(w) or 'missing'}" for w in WHEELS)
-            problems.append(Problem(
-                "wheel-mismatch",
-                f"the cuTile compiler wheels do not match ({listed}); cuTile then ignores the "
-                f"wheel's tileiras and falls back to one on PATH or in $CUDA_HOME, if any",
-                "install all three at one version: pip install " + " ".join(
-                    f"{w}=={PINNED[w]}" for w in WHEELS)))
-
     path, source = find_tileiras(versions, env, wt, which)
+    tv = None if path is None else version_of(path)
+    return [*_check_wheels(versions, present),
+            *_check_tileiras(path, source, tv, versions, present),
+            *_check_cuda_home(env, source, tv, toolkit_version_of),
+            *_check_ptxas(path, source, tv, env, which, version_of),
+            *_check_arch(arch)]
+
+
+def _check_wheels(versions, present) -> list[Problem]:
+    """The three compiler wheels: all or none, one version."""
+    if not present:
+        return []
+    mm = {_major_minor(v) for v in present.values()}
+    if len(present) == len(WHEELS) and len(mm) == 1 and len(set(present.values())) == 1:
+        return []
+    listed = ", ".join(f"{w} {versions.get(w) or 'missing'}" for w in WHEELS)
+    return [Problem(
+        "wheel-mismatch",
+        f"the cuTile compiler wheels do not match ({listed}); cuTile then ignores the "
+        f"wheel's tileiras and falls back to one on PATH or in $CUDA_HOME, if any",
+        "install all three at one version: pip install " + " ".join(
+            f"{w}=={PINNED[w]}" for w in WHEELS))]
+
+
+def _check_tileiras(path, source, tv, versions, present) -> list[Problem]:
+    """The tileiras cuTile will run: found, runnable, the pinned version, matching nvcc."""
     if path is None:
-        problems.append(Problem(
+        return [Problem(
             "tileiras-missing",
             "no tileiras compiler found (not from the nvidia-cuda-tileiras wheel, not on "
             "PATH, not in $CUDA_HOME/bin); cuTile cannot compile any kernel",
-            _INSTALL))
-        tv = None
-    else:
-        tv = version_of(path)
-        want = PINNED["nvidia-cuda-tileiras"]
-        if tv is None:
-            problems.append(Problem(
-                "tileiras-version",
-                f"tileiras at {path} (from {source}) did not report a version; it may not run "
-                f"on this machine (missing libraries, wrong CPU architecture)",
-                f"run `{path} --version` to see why; or {_INSTALL}"))
-        elif _major_minor(tv) != _major_minor(want):
-            problems.append(Problem(
-                "tileiras-version",
-                f"cuTile will run tileiras {tv} at {path} (from {source}), but SPAK is pinned "
-                f"to {want}" + (" (the wheel was skipped: see wheel-mismatch)"
-                                if source != "wheel" and present else ""),
-                _INSTALL + "; and make sure no older tileiras comes first on PATH"))
-        elif present and tv != versions.get("nvidia-cuda-nvcc") and source != "wheel":
-            problems.append(Problem(
-                "tileiras-version",
-                f"tileiras {tv} (from {source}) differs from nvidia-cuda-nvcc "
-                f"{versions.get('nvidia-cuda-nvcc')} / nvidia-nvvm {versions.get('nvidia-nvvm')}",
-                "install the three compiler wheels at one version: " + _INSTALL))
+            _INSTALL)]
+    want = PINNED["nvidia-cuda-tileiras"]
+    if tv is None:
+        return [Problem(
+            "tileiras-version",
+            f"tileiras at {path} (from {source}) did not report a version; it may not run "
+            f"on this machine (missing libraries, wrong CPU architecture)",
+            f"run `{path} --version` to see why; or {_INSTALL}")]
+    if _major_minor(tv) != _major_minor(want):
+        return [Problem(
+            "tileiras-version",
+            f"cuTile will run tileiras {tv} at {path} (from {source}), but SPAK is pinned "
+            f"to {want}" + (" (the wheel was skipped: see wheel-mismatch)"
+                            if source != "wheel" and present else ""),
+            _INSTALL + "; and make sure no older tileiras comes first on PATH")]
+    if present and tv != versions.get("nvidia-cuda-nvcc") and source != "wheel":
+        return [Problem(
+            "tileiras-version",
+            f"tileiras {tv} (from {source}) differs from nvidia-cuda-nvcc "
+            f"{versions.get('nvidia-cuda-nvcc')} / nvidia-nvvm {versions.get('nvidia-nvvm')}",
+            "install the three compiler wheels at one version: " + _INSTALL)]
+    return []
 
-    # -- an older toolkit through CUDA_HOME / CUDA_PATH (matters unless the wheel is used:
-    #    cuTile strips CUDA_HOME only when it runs the wheel's tileiras)
+
+def _check_cuda_home(env, source, tv, toolkit_version_of) -> list[Problem]:
+    """An older toolkit through CUDA_HOME / CUDA_PATH (matters unless the wheel is used:
+    cuTile strips CUDA_HOME only when it runs the wheel's tileiras)."""
+    problems = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = env.get(var)
         if not home:
@@ -233,28 +246,35 @@ def diagnose(*, arch: Optional[str] = None,
                 "cuda-home-old",
                 f"{var}={home} does not exist, yet tileiras (from {source}) is given it",
                 f"unset {var} or point it at a CUDA {ref}+ toolkit"))
-
-    # -- ptxas beside a PATH tileiras
-    if path is not None and source != "wheel" and tv:
-        ptxas = which("ptxas", path=env.get("PATH", ""))
-        pv = version_of(ptxas) if ptxas else None
-        if pv and _major_minor(pv) < _major_minor(tv):
-            problems.append(Problem(
-                "ptxas-old",
-                f"ptxas {pv} at {ptxas} is older than tileiras {tv}; tileiras runs the first "
-                f"ptxas on PATH",
-                f"put a {tv} ptxas first on PATH (e.g. the nvidia-cuda-nvcc=={tv} wheel's), "
-                f"or {_INSTALL}"))
-
-    # -- the GPU's arch
-    if arch is not None and arch not in SUPPORTED_ARCHS:
-        problems.append(Problem(
-            "arch-unsupported",
-            f"this GPU is {arch}; tileiras 13.4 targets only {', '.join(SUPPORTED_ARCHS)} "
-            f"(Ampere sm_80 and newer)",
-            "run on an Ampere or newer GPU (SPAK is tuned for sm_90 H100/H200 and sm_120); "
-            "the CPU simulator (`spak sim`) needs no GPU"))
     return problems
+
+
+def _check_ptxas(path, source, tv, env, which, version_of) -> list[Problem]:
+    """The ptxas beside a tileiras found on PATH."""
+    if path is None or source == "wheel" or not tv:
+        return []
+    ptxas = which("ptxas", path=env.get("PATH", ""))
+    pv = version_of(ptxas) if ptxas else None
+    if not (pv and _major_minor(pv) < _major_minor(tv)):
+        return []
+    return [Problem(
+        "ptxas-old",
+        f"ptxas {pv} at {ptxas} is older than tileiras {tv}; tileiras runs the first "
+        f"ptxas on PATH",
+        f"put a {tv} ptxas first on PATH (e.g. the nvidia-cuda-nvcc=={tv} wheel's), "
+        f"or {_INSTALL}")]
+
+
+def _check_arch(arch) -> list[Problem]:
+    """The GPU's arch, against what tileiras 13.4 can target."""
+    if arch is None or arch in SUPPORTED_ARCHS:
+        return []
+    return [Problem(
+        "arch-unsupported",
+        f"this GPU is {arch}; tileiras 13.4 targets only {', '.join(SUPPORTED_ARCHS)} "
+        f"(Ampere sm_80 and newer)",
+        "run on an Ampere or newer GPU (SPAK is tuned for sm_90 H100/H200 and sm_120); "
+        "the CPU simulator (`spak sim`) needs no GPU")]
 
 
 def format_problems(problems) -> str:
