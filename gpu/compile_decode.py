@@ -1,0 +1,91 @@
+"""Ahead-of-time compilation of the decode kernels (gpu/kernels/decode.py) to cubins, on
+the CPU: the signatures come from gpu.plan_decode run on shape-only stand-ins, like
+gpu.compile does for the FMHA kernels (int32 lengths and page table included).
+"""
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import cuda.tile as ct
+from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
+                                   ScalarConstraint, export_kernel)
+
+from .plan_decode import plan_decode
+from .resources import kernel_facts
+from .variants import check_hints, with_hints
+
+_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16, "float32": ct.float32,
+           "int32": ct.int32}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    shape: tuple
+    dtype: str
+
+
+def _constraint(spec: _Spec) -> ArrayConstraint:
+    """What ct.launch specialises to for contiguous, 16-byte-aligned tensors."""
+    nd = len(spec.shape)
+    return ArrayConstraint(_DTYPES[spec.dtype], nd, index_dtype=ct.int32,
+                           stride_lower_bound_incl=0, alias_groups=(),
+                           may_alias_internally=False, stride_constant=(None,) * (nd - 1) + (1,),
+                           base_addr_divisible_by=16)
+
+
+def _signature(kernel, args) -> KernelSignature:
+    params = []
+    for a, ann in zip(args, kernel._annotated_function.parameter_annotations):
+        if isinstance(a, _Spec):
+            params.append(_constraint(a))
+        elif ann.constant:
+            params.append(a)
+        elif isinstance(a, float):
+            params.append(ScalarConstraint(ct.float32))
+        else:
+            params.append(ScalarConstraint(ct.int32))
+    return KernelSignature(params, CallingConvention.cutile_python_v1())
+
+
+def decode_launches(*, dtype: str, head_dim: int, causal: bool, page: int = 0,
+                    seq_q: int = 1, heads=(32, 8), splits: int = 4, tiles=None):
+    """The plan's launches for one variant on stand-in arrays (lengths are run-time)."""
+    dt = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
+    hq, hkv = heads
+    q = _Spec((2, seq_q, hq, head_dim), dt)
+    k = _Spec((64, page, hkv, head_dim) if page else (2, 1000, hkv, head_dim), dt)
+    bt = _Spec((2, 16), "int32") if page else None
+    lens, out = _Spec((2,), "int32"), _Spec((2, seq_q, hq, head_dim), dt)
+    return plan_decode(q, k, k, lens, out, block_table=bt, causal=causal, num_splits=splits,
+                       tiles=tiles, alloc=lambda shape, kind: _Spec(tuple(shape), "float32"))
+
+
+def compile_decode_variant(*, arch: str, dtype: str, head_dim: int, causal: bool,
+                           page: int = 0, seq_q: int = 1, heads=(32, 8), tiles=None,
+                           hints: Optional[dict] = None) -> dict:
+    """Compile the split and combine kernels of one variant for `arch`; launch nothing.
+    Returns dict(ok, seconds, cubin_bytes, error, kernels, tiles) like gpu.compile."""
+    result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": [],
+              "tiles": tiles}
+    start = time.perf_counter()
+    try:
+        for launch in decode_launches(dtype=dtype, head_dim=head_dim, causal=causal,
+                                      page=page, seq_q=seq_q, heads=heads, tiles=tiles):
+            kernel = with_hints(launch.kernel, **check_hints(hints))
+            buf = io.BytesIO()
+            t0 = time.perf_counter()
+            export_kernel(kernel, [_signature(kernel, launch.args)], buf, gpu_code=arch,
+                          output_format="cubin")
+            cubin = buf.getvalue()
+            result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
+                                      "seconds": time.perf_counter() - t0,
+                                      **kernel_facts(cubin, arch)})
+            result["cubin_bytes"] += len(cubin)
+        result["ok"] = True
+    except Exception as exc:   # a failed variant is a result, not a crash
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    result["seconds"] = time.perf_counter() - start
+    return result

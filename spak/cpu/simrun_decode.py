@@ -1,0 +1,46 @@
+"""Run decode attention over a KV cache through the CPU simulator (the fmha_decode family's
+CPU loop): numpy inputs -> gpu.plan_decode launches -> sim.launch each, in order.
+"""
+from __future__ import annotations
+
+import numpy as np
+import cuda.tile as ct
+
+from spak import sim
+from spak.gpu.plan_decode import DEFAULT_SMS, plan_decode
+
+_CT_DTYPE = {"fp16": ct.float16, "bf16": ct.bfloat16}
+_STORAGE = {"fp16": np.float16, "bf16": np.float32}
+
+
+def simulate_decode(inputs: dict, *, dtype: str = "fp16", causal: bool = False, scale=None,
+                    num_splits=None, tiles=None, num_sms: int = DEFAULT_SMS,
+                    model: str = "sm_90") -> tuple[np.ndarray, list]:
+    """(out [B, Sq, Hq, Dv], launch reports) for inputs {q, k_cache, v_cache,
+    cache_seqlens, block_table (or None)}: float16 arrays, or float32 holding bf16 values
+    with dtype="bf16"; int32 lengths and table. The plan validates sizes and flags."""
+    if dtype not in _CT_DTYPE:
+        raise ValueError(f"dtype must be one of {tuple(_CT_DTYPE)}, got {dtype!r}")
+    ctd = _CT_DTYPE[dtype]
+    arrays = {}
+    for name in ("q", "k_cache", "v_cache"):
+        x = inputs[name]
+        if not isinstance(x, np.ndarray) or x.dtype != _STORAGE[dtype]:
+            raise TypeError(f"{name} must be a numpy {np.dtype(_STORAGE[dtype])} array for "
+                            f"dtype={dtype!r}, got {getattr(x, 'dtype', type(x).__name__)}")
+        # a copy: bf16 rounding happens on it, never on the caller's array
+        arrays[name] = sim.SimArray(np.array(x, order="C", copy=True), ctd, name=name)
+    B, Sq, Hq, _ = inputs["q"].shape
+    Dv = inputs["v_cache"].shape[3]
+    # poisoned: an element no block writes stays NaN (and the checker says so)
+    out = sim.SimArray(np.full((B, Sq, Hq, Dv), np.nan, _STORAGE[dtype]), ctd, name="Out")
+
+    def alloc(shape, kind):
+        return np.full(shape, np.nan, np.float32)
+
+    launches = plan_decode(arrays["q"], arrays["k_cache"], arrays["v_cache"],
+                           inputs["cache_seqlens"], out, block_table=inputs.get("block_table"),
+                           causal=causal, scale=scale, num_splits=num_splits, tiles=tiles,
+                           num_sms=num_sms, alloc=alloc)
+    reports = [sim.launch(L.kernel, L.grid, L.args, model=model) for L in launches]
+    return out.data, reports

@@ -1,0 +1,351 @@
+"""Decode attention over a KV cache as a kernel family: split-KV with GQA packing, a
+contiguous or paged cache and per-sequence lengths (gpu/kernels/decode.py,
+gpu/plan_decode.py; PyTorch entry point spak.fmha_kvcache).
+
+Problems are written in the FMHA grammar with the sequence part read as Sq:Sk, Sk being
+the cache capacity, plus qualifiers for the cache:
+
+    B x HEADS x SEQ x D [/QUAL ...]
+    HEADS  H or Hq:Hkv
+    SEQ    Sk (one query per sequence) or Sq:Sk
+    QUAL   fp16 | bf16 | causal | noncausal | pageN (paged cache, N keys per page) |
+           lens=L1:L2:... (keys per sequence, B of them, each <= Sk; default all Sk) |
+           splits=N (key splits; default: chosen from the shape and the SM count)
+
+    1x32:8x1:4096x128             B=1, GQA 4:1, one query against 4096 cached keys
+    2x8:1x4:77x64/causal/page16/lens=77:5    MQA, 4 queries, paged, ragged lengths
+
+Memory-bound: the metric is GB/s of bytes_moved (K and V read for every sequence's
+length, plus Q and O).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import zlib
+from typing import Optional
+
+import numpy as np
+
+from spak.core.errors import ShapeError
+from spak.core.metrics import gate_for, round_to_bf16
+from spak.families.base import KernelFamily
+
+__all__ = ["DecodeProblem", "FmhaDecode", "FAMILY", "parse_problem", "SHAPE_SETS",
+           "GRAMMAR_HELP", "decode_attention_f64"]
+
+DTYPES = ("fp16", "bf16")
+MAX_HEAD_DIM = 256
+_SHAPE_RE = re.compile(r"^(\d+)x(\d+)(?::(\d+))?x(\d+)(?::(\d+))?x(\d+)$")
+_FIXED = {"fp16": ("dtype", "fp16"), "bf16": ("dtype", "bf16"),
+          "causal": ("causal", True), "noncausal": ("causal", False)}
+
+GRAMMAR_HELP = """\
+shape grammar (fmha_decode):  B x HEADS x SEQ x D [/QUAL ...]
+  HEADS  H or Hq:Hkv  (grouped-query attention; Hq a multiple of Hkv)
+  SEQ    Sk or Sq:Sk  (Sq new queries per sequence, Sk the cache capacity; Sk alone: Sq=1)
+  QUAL   fp16 | bf16 | causal | noncausal  (open ones follow --dtype/--causal; causal
+         changes nothing at Sq = 1, so those cases run non-causal only)
+         pageN           paged cache of N-key pages (N a power of two >= 16), shuffled table
+         lens=L1:L2:...  keys per sequence (B values in [0, Sk]; default every one Sk)
+         splits=N        key splits (default: from the shape and the SM count)
+  e.g.   1x32:8x4096x128   2x8:1x4:77x64/causal/page16/lens=77:5
+named sets: {sets}"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeProblem:
+    """q [B, Sq, Hq, D]; cache capacity Sk keys of Hkv heads; lens keys per sequence."""
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Sk: int
+    D: int
+    dtype: str = "fp16"
+    causal: bool = False
+    page: int = 0                              # 0: contiguous [B, Sk, Hkv, D]
+    lens: Optional[tuple[int, ...]] = None     # None: every sequence holds Sk keys
+    splits: Optional[int] = None               # None: gpu.plan_decode.choose_num_splits
+
+    def __post_init__(self):
+        for f in ("B", "Hq", "Hkv", "Sq", "Sk", "D"):
+            val = getattr(self, f)
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValueError(f"{f} must be a positive integer, got {val!r}")
+        if self.Hq % self.Hkv:
+            raise ValueError(f"Hq ({self.Hq}) must be a multiple of Hkv ({self.Hkv})")
+        if self.D > MAX_HEAD_DIM:
+            raise ValueError(f"D must be <= {MAX_HEAD_DIM}, got {self.D}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal must be a bool, got {self.causal!r}")
+        if self.page and (self.page < 16 or self.page & (self.page - 1)):
+            raise ValueError(f"page must be 0 or a power of two >= 16, got {self.page}")
+        if self.lens is not None and (len(self.lens) != self.B
+                                      or not all(0 <= n <= self.Sk for n in self.lens)):
+            raise ValueError(f"lens must hold B={self.B} values in [0, Sk={self.Sk}], "
+                             f"got {self.lens}")
+        if self.splits is not None and not 1 <= self.splits <= 256:
+            raise ValueError(f"splits must be in [1, 256], got {self.splits}")
+
+    @property
+    def seq_lens(self) -> tuple[int, ...]:
+        return self.lens if self.lens is not None else (self.Sk,) * self.B
+
+    @property
+    def label(self) -> str:
+        h = f"{self.Hq}" if self.Hq == self.Hkv else f"{self.Hq}:{self.Hkv}"
+        s = f"{self.Sk}" if self.Sq == 1 else f"{self.Sq}:{self.Sk}"
+        return f"{self.B}x{h}x{s}x{self.D}"
+
+    def _cache_quals(self) -> list[str]:
+        q = [f"page{self.page}"] if self.page else []
+        if self.lens is not None:
+            q.append("lens=" + ":".join(map(str, self.lens)))
+        if self.splits is not None:
+            q.append(f"splits={self.splits}")
+        return q
+
+    @property
+    def display(self) -> str:
+        return "/".join([self.label, *self._cache_quals()])
+
+    @property
+    def case_id(self) -> str:
+        return "/".join([self.label, self.dtype, "causal" if self.causal else "noncausal",
+                         *self._cache_quals()])
+
+    @property
+    def mask(self):                 # the FMHA rows' field; decode problems have none
+        return None
+
+
+# ------------------------------------------------------------------------- grammar
+
+def _parse(text: str) -> tuple[dict, dict]:
+    """(fields, fixed dtype/causal) of one shape string; ShapeError says what is wrong."""
+    shape, *quals = text.strip().lower().split("/")
+    mt = _SHAPE_RE.match(shape)
+    if not mt:
+        raise ShapeError(f"{text!r} is not a decode shape: expected B x H x SEQ x D such as "
+                         f"1x32:8x4096x128 or 2x8:1x4:77x64")
+    B, hq, hkv, a, b, D = mt.groups()
+    sq, sk = (int(a), int(b)) if b else (1, int(a))
+    f = dict(B=int(B), Hq=int(hq), Hkv=int(hkv or hq), Sq=sq, Sk=sk, D=int(D))
+    fixed: dict = {}
+    for q in quals:
+        _qualifier(text, q, f, fixed)
+    try:
+        DecodeProblem(**f)
+    except ValueError as e:
+        raise ShapeError(f"{text!r}: {e}") from None
+    return f, fixed
+
+
+def _qualifier(text, q, fields, fixed):
+    if q in _FIXED:
+        attr, val = _FIXED[q]
+        if fixed.get(attr, val) != val:
+            raise ShapeError(f"{text!r}: conflicting qualifiers for {attr}")
+        fixed[attr] = val
+    elif re.fullmatch(r"page\d+", q):
+        fields["page"] = int(q[4:])
+    elif re.fullmatch(r"lens=\d+(:\d+)*", q):
+        fields["lens"] = tuple(int(n) for n in q[5:].split(":"))
+    elif re.fullmatch(r"splits=\d+", q):
+        fields["splits"] = int(q[7:])
+    else:
+        raise ShapeError(f"{text!r}: unknown qualifier {q!r}; expected fp16, bf16, causal, "
+                         f"noncausal, pageN, lens=L1:L2:..., splits=N")
+
+
+def parse_problem(text: str) -> DecodeProblem:
+    """One shape string -> DecodeProblem; open dtype/causal default to fp16, non-causal."""
+    f, fixed = _parse(text)
+    return DecodeProblem(**f, **fixed)
+
+
+def _bench() -> list[str]:
+    """Issue 18's grid on a GPU: B 1/8/64, Hq 32, Hkv 32/8/1, D 128, Sq 1/4, caches 1k-128k,
+    contiguous and paged (16, 256); cases whose K+V exceed 8 GiB are left out."""
+    out = []
+    for b in (1, 8, 64):
+        for hkv in (32, 8, 1):
+            for sq in (1, 4):
+                for sk in (1024, 8192, 32768, 131072):
+                    if b * sk * hkv * 128 * 2 * 2 > 8 * 2**30:
+                        continue
+                    seq = f"{sk}" if sq == 1 else f"{sq}:{sk}"
+                    for page in ("", "/page16", "/page256"):
+                        out.append(f"{b}x32:{hkv}x{seq}x128/causal{page}")
+    return out
+
+
+SHAPE_SETS: dict[str, list[str]] = {
+    # CI: every layout and odd case, tiny (each well under a second on the simulator)
+    "default": [
+        "2x8:2x100x64/lens=37:100/splits=2",                 # GQA 4:1, ragged, contiguous
+        "2x8:1x4:77x64/causal/page16/lens=77:5/splits=3",    # MQA, Sq=4, 16-key pages
+        "3x4x50x128/page64/lens=1:50:0/splits=2",            # MHA, lengths 1 and 0, mid-page
+        "1x16:2x3:130x64/causal/splits=3",                   # GQA 8:1, Sq=3
+        "2x12:2x90x64/page16/lens=90:33",                    # group of 6 (3 tiles of 2)
+    ],
+    "gates": [
+        "2x32:8x1000x128/lens=1000:517",
+        "2x32:8x4:1000x128/causal/page16/lens=999:64",
+        "1x32:4x600x128/page64/splits=5",
+        "4x8:1x300x64/page16/lens=0:1:17:300",
+        "2x16:16x2:257x64/causal/lens=2:257",
+        "1x8:2x16:200x128/causal/splits=4",
+        "1x28:4x333x80/lens=333",                             # group 7, D=80
+    ],
+    "bench": _bench(),
+}
+
+
+def _expand(items, dtypes, causals) -> list[DecodeProblem]:
+    seen: dict = {}
+    for text in items:
+        for item in filter(None, (s.strip() for s in text.split(","))):
+            if item.lower() in SHAPE_SETS:
+                seen.update(dict.fromkeys(_expand(SHAPE_SETS[item.lower()], dtypes, causals)))
+                continue
+            f, fixed = _parse(item)
+            # causal changes nothing with one query: an open flag runs non-causal only
+            open_c = (False,) if f["Sq"] == 1 else causals
+            for dt in ([fixed["dtype"]] if "dtype" in fixed else dtypes):
+                for c in ([fixed["causal"]] if "causal" in fixed else open_c):
+                    if dt in dtypes and c in causals:
+                        seen[DecodeProblem(**f, dtype=dt, causal=c)] = None
+    return list(seen)
+
+
+# ------------------------------------------------------------------------- inputs
+
+def make_inputs(p: DecodeProblem, seed: int = 0) -> dict:
+    """N(0, 1) q and caches, reproducible from (seed, case_id). Cache rows past a
+    sequence's length are NaN and block-table entries past its pages are -1: a kernel
+    that reads either fails the NaN gate or the simulator's bounds check. A paged cache
+    has one spare page and a shuffled table."""
+    rng = np.random.default_rng([seed, zlib.crc32(p.case_id.encode())])
+
+    def draw(shape):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        return x.astype(np.float16) if p.dtype == "fp16" else round_to_bf16(x)
+
+    lens = np.array(p.seq_lens, dtype=np.int32)
+    q = draw((p.B, p.Sq, p.Hq, p.D))
+    if not p.page:
+        k, v = draw((p.B, p.Sk, p.Hkv, p.D)), draw((p.B, p.Sk, p.Hkv, p.D))
+        for b, n in enumerate(lens):
+            k[b, n:] = v[b, n:] = np.nan
+        return {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": lens, "block_table": None}
+    per_seq = -(-p.Sk // p.page)
+    num_pages = p.B * per_seq + 1
+    k, v = draw((num_pages, p.page, p.Hkv, p.D)), draw((num_pages, p.page, p.Hkv, p.D))
+    table = rng.permutation(num_pages)[:p.B * per_seq].reshape(p.B, per_seq).astype(np.int32)
+    used = np.zeros((num_pages, p.page), dtype=bool)
+    for b, n in enumerate(lens):
+        rows = np.arange(per_seq * p.page) < n
+        used[table[b]] = rows.reshape(per_seq, p.page)
+        table[b, -(-int(n) // p.page):] = -1
+    k[~used] = v[~used] = np.nan
+    return {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": lens, "block_table": table}
+
+
+def decode_attention_f64(inputs: dict, causal: bool, scale=None) -> np.ndarray:
+    from spak.attention.kvcache_ref import decode_attention_f64 as ref
+    return ref(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["cache_seqlens"],
+               inputs["block_table"], causal=causal, scale=scale)
+
+
+# ------------------------------------------------------------------------- the family
+
+class FmhaDecode(KernelFamily):
+    name = "fmha_decode"
+    title = "decode attention over a KV cache (split-KV, GQA packing, paged or contiguous)"
+    kernels = ("splitkv",)
+    outputs = ("out",)
+    metric = "GB/s"
+    space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
+    store_fields = ("dtype", "head_dim", "group", "seq_q", "paged")
+    peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "flash_attn_with_kvcache",
+             "copy")
+    entry_point = "spak.fmha_kvcache"
+    shape_sets = SHAPE_SETS
+
+    def grammar_help(self) -> str:
+        return GRAMMAR_HELP
+
+    def parse(self, text: str) -> DecodeProblem:
+        return parse_problem(text)
+
+    def select(self, items, *, dtype="all", causal="both") -> list[DecodeProblem]:
+        dts = {"all": DTYPES, "fp16": ("fp16",), "bf16": ("bf16",)}[dtype]
+        cs = {"both": (False, True), "yes": (True,), "no": (False,)}[causal]
+        return _expand(items, dts, cs)
+
+    def make_inputs(self, problem, seed: int = 0) -> dict:
+        return make_inputs(problem, seed)
+
+    def reference(self, problem, inputs) -> dict:
+        return {"out": decode_attention_f64(inputs, problem.causal)}
+
+    def gate(self, problem, output: str = "out") -> float:
+        return gate_for(problem.dtype)
+
+    def plan(self, kernel, arrays, *, tiles=None, alloc=None, causal=False, scale=None,
+             num_splits=None, num_sms=None):
+        from spak.gpu.plan_decode import DEFAULT_SMS, plan_decode
+        a = arrays
+        return plan_decode(a["q"], a["k_cache"], a["v_cache"], a["cache_seqlens"], a["out"],
+                           block_table=a.get("block_table"), causal=causal, scale=scale,
+                           num_splits=num_splits, tiles=_tiles(tiles), alloc=alloc,
+                           num_sms=num_sms or DEFAULT_SMS)
+
+    def simulate(self, kernel, problem, inputs, *, tiles=None, model="sm_90"):
+        from spak.cpu.simrun_decode import simulate_decode
+        out, reports = simulate_decode(inputs, dtype=problem.dtype, causal=problem.causal,
+                                       num_splits=problem.splits, tiles=_tiles(tiles),
+                                       model=model)
+        return {"out": out}, reports
+
+    def flops(self, problem) -> float:
+        p = problem
+        return 2.0 * p.Hq * p.Sq * 2 * p.D * sum(p.seq_lens)
+
+    def bytes_moved(self, problem) -> float:
+        p = problem
+        esize = 2
+        kv = sum(p.seq_lens) * p.Hkv * 2 * p.D * esize
+        return float(kv + 2 * p.B * p.Sq * p.Hq * p.D * esize)
+
+    def default_config(self, problem, arch: str = "sm_90") -> dict:
+        from spak.gpu.plan_decode import default_decode_tiles
+        return default_decode_tiles(problem.D, arch)
+
+    def store_key(self, problem) -> dict:
+        p = problem
+        return {"dtype": p.dtype, "head_dim": p.D, "group": p.Hq // p.Hkv, "seq_q": p.Sq,
+                "paged": bool(p.page)}
+
+    def compile_variant(self, item) -> dict:
+        from spak.gpu.compile_decode import compile_decode_variant
+        return compile_decode_variant(arch=item["arch"], dtype=item["dtype"],
+                                      head_dim=item["head_dim"], causal=item["causal"],
+                                      tiles=_tiles(item.get("tiles")),
+                                      hints=item.get("hints"))
+
+
+def _tiles(tiles):
+    """A decode tiles dict; `spak sim --tiles MxN` gives (M, N): M the most rows per
+    block (MAX_ROWS), N the keys per step (TILE_N)."""
+    if tiles is None or isinstance(tiles, dict):
+        return tiles
+    m, n = tiles
+    return {"MAX_ROWS": m, "TILE_N": n}
+
+
+FAMILY = FmhaDecode()
