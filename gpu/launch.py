@@ -19,7 +19,8 @@ import cuda.tile as ct
 from .plan import Launch, plan_fmha
 from .variants import apply_hints
 
-__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "fmha_into"]
+__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "fmha_into",
+           "fmha_bwd_into"]
 
 
 def torch_alloc(like):
@@ -76,14 +77,34 @@ def current_raw_stream(device: Optional[int] = None):
 
 def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
               scale: Optional[float] = None, tiles: Optional[dict] = None, hints=None,
-              stream=None):
+              stream=None, lse=None):
     """Plan and run: ``out`` (preallocated, [B, Hq, Sq, Dv]) receives the attention.
 
     hints: {"occupancy", "num_ctas"} decorator options (gpu.variants); None = the kernel's.
-    The fused kernel's plan is one launch whose first five arguments are the tensors and
-    whose rest depends only on shapes, dtype, flags and config, so it is planned once per
-    such key and reused: planning costs more host time than a short kernel takes.
+    lse: None, or float32 [B, Hq, Sq] that also receives the row log-sum-exp (the fused
+    kernel's LSE entry point, for the backward; see gpu.plan.plan_fmha).
+    The fused kernel's plan is one launch whose first five (six with lse) arguments are
+    the tensors and whose rest depends only on shapes, dtype, flags and config, so it is
+    planned once per such key and reused: planning costs more host time than a short
+    kernel takes.
     """
+    if kernel_name == "fused" and mask is None and lse is not None:
+        # the training forward: same reuse, one more tensor (args[5], the LSE)
+        key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
+               tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (),
+               "lse")
+        cached = _FUSED_PLANS.get(key)
+        if cached is None:
+            if len(_FUSED_PLANS) >= 512:
+                _FUSED_PLANS.clear()
+            (L,) = apply_hints(plan_fmha(kernel_name, q, k, v, out, mask=None, causal=causal,
+                                         scale=scale, tiles=tiles, alloc=torch_alloc(q),
+                                         lse=lse), hints)
+            cached = _FUSED_PLANS[key] = (L, L.args[4])
+        L, dummy = cached
+        ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
+                  (q, k, v, out, dummy, lse) + L.args[6:])
+        return out
     if kernel_name == "fused" and mask is None:
         # torch.Size hashes as a tuple; the config dicts are keyed in their own order (an
         # equal dict in another order only adds an entry): cheaper than sorting per call
@@ -101,9 +122,31 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
         ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
                   (q, k, v, out, dummy) + L.args[5:])
         return out
+    if lse is not None:
+        run(apply_hints(plan_fmha(kernel_name, q, k, v, out, mask=mask, causal=causal,
+                                  scale=scale, tiles=tiles, alloc=torch_alloc(q), lse=lse),
+                        hints), stream)
+        return out
     run(apply_hints(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal,
                                scale=scale, tiles=tiles), hints), stream)
     return out
+
+
+def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask=None,
+                  causal: bool = False, scale: Optional[float] = None,
+                  tiles: Optional[dict] = None, stream=None):
+    """The backward: ``dq``, ``dk``, ``dv`` (preallocated, q/k/v's shapes and dtype) receive
+    the gradients of ``out = fmha(q, k, v)`` for the incoming gradient ``dout``, from the
+    forward's ``out`` and row log-sum-exp ``lse`` (float32 [B, Hq, Sq]).
+
+    gpu.plan_bwd.plan_fmha_bwd plans it (tiles None = its defaults); its workspaces are
+    torch tensors on q's device (the caching allocator: CUDA-graph capture safe). Imported
+    here, not at module level: the inference path never needs the backward kernels.
+    """
+    from .plan_bwd import plan_fmha_bwd
+    run(plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv, mask=mask,
+                      causal=causal, scale=scale, tiles=tiles, alloc=torch_alloc(q)), stream)
+    return dq, dk, dv
 
 
 _FUSED_PLANS: dict = {}

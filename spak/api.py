@@ -21,10 +21,17 @@ Every input is validated before anything runs (ValueError / TypeError naming the
 and the accepted values; docs/errors.md has the table). Non-contiguous inputs are copied.
 Values inside q/k/v are not checked: NaN/inf in q, k, v or the mask propagate as in SDPA
 (both kernels; docs/errors.md, "NaN and inf").
-Forward only (no autograd).
 
-``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (with a fake
-implementation), so ``torch.compile`` graphs can hold it. Plain eager calls (plain tensors,
+Autograd: gradients flow to q, k and v (kernel "fused"; the forward then also writes the
+row log-sum-exp, and autograd keeps q, k, v, out and that float32 [B, Hq, Sq] LSE: O(S)
+extra state, never S x S). No gradient flows to ``attn_mask``: a mask that requires grad
+is refused (ValueError). ``kernel="naive"`` has no backward (NotImplementedError when
+backward is called). Works under ``torch.compile(fullgraph=True)`` and
+``torch.utils.checkpoint``.
+
+``spak.fmha`` is registered as the torch custom op ``torch.ops.spak.fmha`` (fake
+implementations included), so ``torch.compile`` graphs can hold it; under torch.compile
+the tile lookup happens in the op's body at run time. Plain eager calls (plain tensors,
 no autograd, no torch.compile/jit.trace, no torch function/dispatch mode, functorch
 transform or profiler) call the op's body directly, and a call whose signature was already
 validated skips validation and the tile lookup: both cost more host time than a short
@@ -249,59 +256,242 @@ def kernel_mask(mask: torch.Tensor, B: int, Hq: int, Sq: int, Sk: int) -> torch.
     return m.expand(mb, mh, Sq, Sk).contiguous()
 
 
-# -------------------------------------------------------------------------- the op
+# -------------------------------------------------------------------------- the ops
+#
+# torch.ops.spak.fmha is what spak.fmha calls whenever the eager fast path does not apply
+# (autograd, torch.compile, modes, subclasses). It is a CompositeImplicitAutograd op: it
+# decomposes, above autograd, into one of two custom ops, so that a call that needs no
+# gradient never pays for one and a call that does gets the forward's row log-sum-exp:
+#   spak::fmha_fwd    (inference)  -> out
+#   spak::fmha_train  (grad needed) -> (out, lse), with an autograd formula whose backward
+#                                      is spak::fmha_bwd -> (dq, dk, dv)
+# Saved for the backward: q, k, v, out, lse (float32 [B, Hq, Sq]) and the caller's mask:
+# O(S) state beside the inputs, never an S x S tensor.
 
 _SAME_DEVICE = contextlib.nullcontext()     # reusable: no guard object per call
 
+_OP_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? attn_mask, bool is_causal, float scale, "
+              "str kernel, SymInt tile_m, SymInt tile_n, SymInt lat_k=0, SymInt lat_v=0, "
+              "SymInt occupancy=0, SymInt num_ctas=0)")
 
-def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float, kernel: str,
-          tile_m: int, tile_n: int, lat_k: int = 0, lat_v: int = 0, occupancy: int = 0,
-          num_ctas: int = 0) -> torch.Tensor:
-    """The custom op's CUDA body; arguments already validated by fmha()."""
+
+def _launch_config(q, k, kernel, is_causal, tile_m, tile_n, lat_k, lat_v, occupancy,
+                   num_ctas) -> tuple[dict, dict]:
+    """(tiles, hints) for gpu.launch. tile_m or tile_n 0 = not chosen by the caller: the
+    config is looked up here, at run time. torch.compile passes zeros because the lookup
+    asks the CUDA driver for the GPU's name and reads the tuned-config store, neither of
+    which a traced graph may do (issue 20); the result is the one eager resolve_tiles
+    gives (explicit tiles filled from the defaults, else the tuned entry, else defaults)."""
+    if not (tile_m and tile_n):
+        given = {key: val for key, val in (("TILE_M", tile_m), ("TILE_N", tile_n)) if val}
+        t = resolve_tiles(kernel, q.dtype, q.shape[3], is_causal, k.shape[2], q.device,
+                          given or None)
+        tile_m, tile_n = int(t["TILE_M"]), int(t["TILE_N"])
+        if not given:
+            lat_k, lat_v, occupancy, num_ctas = (int(t.get(key) or 0) for key in
+                                                 ("LAT_K", "LAT_V", "occupancy", "num_ctas"))
+    tiles = {"TILE_M": tile_m, "TILE_N": tile_n}
+    if kernel == "fused":
+        tiles.update(LAT_K=lat_k, LAT_V=lat_v)
+    return tiles, {"occupancy": occupancy or None, "num_ctas": num_ctas or None}
+
+
+def _on_device(device, call):
+    """Run call(stream) on `device`'s current stream, with cuTile compile errors explained.
+    When `device` is the current GPU (the common case) skip the guard's device switch."""
+    dev = device.index
+    guard = _SAME_DEVICE if dev == torch.cuda.current_device() else torch.cuda.device(dev)
+    import spak.gpu.launch as gl
+    try:
+        with guard:
+            return call(gl.current_raw_stream(dev))
+    except Exception as exc:
+        from spak.device import env as gpu_env
+        if gpu_env.is_compile_error(exc):
+            raise gpu_env.explain(exc, arch=device_arch(device)) from exc
+        raise
+
+
+def _forward(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k, lat_v,
+             occupancy, num_ctas, lse=None) -> torch.Tensor:
+    """The forward's CUDA body (spak::fmha_fwd, spak::fmha_train); `lse`, when given,
+    receives the row log-sum-exp (fused kernel only; +inf for a row that sees no key)."""
     # imported here so that importing spak.api needs no cuTile; per call, `import a.b as c`
     # costs a third of `from a.b import x, y`
     import spak.gpu.launch as gl
     B, Hq, Sq, D = q.shape
     Sk, Dv = k.shape[2], v.shape[3]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    device = q.device
-    out = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=device)
+    out = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
     if Sk == 0 or k.shape[1] == 0:
+        if lse is not None:
+            lse.fill_(math.inf)                # a row that sees no key (gpu.plan's rule)
         return out.zero_()                     # no keys: every row is fully masked
     # Any finite scale goes to the kernels as is: gpu.plan.raw_max_args sends 0, negative
     # and masked problems to the fused kernel's general path (scores scaled before the max).
     mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
-    tiles = {"TILE_M": tile_m, "TILE_N": tile_n}
-    if kernel == "fused":
-        tiles.update(LAT_K=lat_k, LAT_V=lat_v)
-    hints = {"occupancy": occupancy or None, "num_ctas": num_ctas or None}
-    # launch on q's GPU and its current stream; when it is the current GPU (the common
-    # case) skip the guard's device switch and switch back
-    dev = device.index
-    guard = _SAME_DEVICE if dev == torch.cuda.current_device() else torch.cuda.device(dev)
-    try:
-        with guard:
-            gl.fmha_into(kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale,
-                         tiles=tiles, hints=hints, stream=gl.current_raw_stream(dev))
-    except Exception as exc:
-        from spak.device import env as gpu_env
-        if gpu_env.is_compile_error(exc):
-            raise gpu_env.explain(exc, arch=device_arch(device)) from exc
-        raise
+    tiles, hints = _launch_config(q, k, kernel, is_causal, tile_m, tile_n, lat_k, lat_v,
+                                  occupancy, num_ctas)
+    extra = {} if lse is None else {"lse": lse}     # the inference call stays as it was
+    _on_device(q.device, lambda stream: gl.fmha_into(
+        kernel, q, k, v, out, mask=mask, causal=is_causal, scale=scale, tiles=tiles,
+        hints=hints, stream=stream, **extra))
     return out
 
 
-_op = torch.library.custom_op("spak::fmha", mutates_args=())(_impl)
-_op.__doc__ = "torch.ops.spak.fmha: spak.fmha's CUDA kernel call (inputs pre-validated)."
+def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float, kernel: str,
+          tile_m: int, tile_n: int, lat_k: int = 0, lat_v: int = 0, occupancy: int = 0,
+          num_ctas: int = 0) -> torch.Tensor:
+    """spak::fmha_fwd's body (the inference forward); arguments already validated by fmha()."""
+    return _forward(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k,
+                    lat_v, occupancy, num_ctas)
 
 
-@_op.register_fake
+_fwd_op = torch.library.custom_op("spak::fmha_fwd", mutates_args=())(_impl)
+
+
+@_fwd_op.register_fake
 def _fake(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k=0, lat_v=0,
           occupancy=0, num_ctas=0):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+
+
+def _train_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float, kernel: str,
+                tile_m: int, tile_n: int, lat_k: int = 0, lat_v: int = 0, occupancy: int = 0,
+                num_ctas: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """spak::fmha_train's body: the forward plus its row log-sum-exp for the backward."""
+    B, Hq, Sq = q.shape[:3]
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    if kernel != "fused" or not backward_available():
+        # no LSE from this kernel: the backward refuses with SPAK's message (_bwd)
+        out = _forward(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k,
+                       lat_v, occupancy, num_ctas)
+        return out, lse.fill_(math.nan)
+    out = _forward(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k,
+                   lat_v, occupancy, num_ctas, lse=lse)
+    return out, lse
+
+
+_train_op = torch.library.custom_op("spak::fmha_train", mutates_args=())(_train_impl)
+
+
+@_train_op.register_fake
+def _train_fake(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k=0,
+                lat_v=0, occupancy=0, num_ctas=0):
+    B, Hq, Sq = q.shape[0], q.shape[1], q.shape[2]
+    return (q.new_empty((B, Hq, Sq, v.shape[3])),
+            q.new_empty((B, Hq, Sq), dtype=torch.float32))
+
+
+def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              out: torch.Tensor, lse: torch.Tensor, attn_mask: Optional[torch.Tensor],
+              is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """spak::fmha_bwd's body: (dq, dk, dv) of the fused forward, from its out and lse.
+    GQA: dk, dv are summed over the query heads of a group inside the kernels."""
+    import spak.gpu.launch as gl
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    if B * Hq * Sq == 0 or Sk == 0 or Hkv == 0:
+        # no query rows: k and v had no effect; no keys: out was 0 whatever q was
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
+    _on_device(q.device, lambda stream: gl.fmha_bwd_into(
+        "fused", q, k, v, out, dout, lse.contiguous(), dq, dk, dv, mask=mask,
+        causal=is_causal, scale=scale, stream=stream))
+    return dq, dk, dv
+
+
+_bwd_op = torch.library.custom_op("spak::fmha_bwd", mutates_args=())(_bwd_impl)
+
+
+@_bwd_op.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, attn_mask, is_causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, attn_mask, is_causal, scale, kernel = inputs[:7]
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, attn_mask)
+    ctx.is_causal, ctx.scale, ctx.kernel = is_causal, scale, kernel
+
+
+def _backward(ctx, dout, _dlse):
+    if ctx.kernel != "fused":
+        raise NotImplementedError(
+            f"spak.fmha: kernel={ctx.kernel!r} has no backward (autograd): use "
+            f"kernel='fused' (the default) for training, or call the naive kernel under "
+            f"torch.no_grad()")
+    if not backward_available():
+        raise NotImplementedError(
+            "spak.fmha has no backward yet (autograd): the FMHA backward kernels are not "
+            "in this SPAK build (issue 16). Call spak.fmha under torch.no_grad() / "
+            "torch.inference_mode(), or use torch.nn.functional.scaled_dot_product_attention "
+            "for training")
+    q, k, v, out, lse, attn_mask = ctx.saved_tensors
+    dq, dk, dv = torch.ops.spak.fmha_bwd(dout, q, k, v, out, lse, attn_mask, ctx.is_causal,
+                                         ctx.scale)
+    # grads for (q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k, lat_v,
+    # occupancy, num_ctas): no gradient flows to the mask (a mask that requires grad is
+    # refused in the forward)
+    return (dq, dk, dv) + (None,) * 10
+
+
+_train_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def backward_available() -> bool:
+    """True when this build has the FMHA backward kernels (gpu/plan_bwd.py) and the fused
+    forward's LSE output. Until then a gradient through spak.fmha raises SPAK's
+    NotImplementedError, not torch's generic one."""
+    global _BWD_AVAILABLE
+    if _BWD_AVAILABLE is None:
+        import importlib.util
+        import inspect
+        try:
+            from spak.gpu.plan import plan_fmha
+            _BWD_AVAILABLE = (importlib.util.find_spec("spak.gpu.plan_bwd") is not None
+                              and "lse" in inspect.signature(plan_fmha).parameters)
+        except ImportError:
+            _BWD_AVAILABLE = False
+    return _BWD_AVAILABLE
+
+
+_BWD_AVAILABLE: Optional[bool] = None
+
+
+def _needs_grad(q, k, v, attn_mask) -> bool:
+    """Whether this call records a backward; a mask that asks for a gradient is refused."""
+    if not torch.is_grad_enabled():
+        return False
+    if attn_mask is not None and attn_mask.requires_grad:
+        raise ValueError(
+            "attn_mask requires grad, but spak.fmha gives no gradient to the mask (it is "
+            "treated as a constant): pass attn_mask.detach(), or use "
+            "torch.nn.functional.scaled_dot_product_attention for a learned bias")
+    return q.requires_grad or k.requires_grad or v.requires_grad
+
+
+def _composite(q, k, v, attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k=0,
+               lat_v=0, occupancy=0, num_ctas=0):
+    """torch.ops.spak.fmha: above autograd, pick the inference or the training forward."""
+    args = (attn_mask, is_causal, scale, kernel, tile_m, tile_n, lat_k, lat_v, occupancy,
+            num_ctas)
+    if _needs_grad(q, k, v, attn_mask):
+        return torch.ops.spak.fmha_train(q, k, v, *args)[0]
+    return torch.ops.spak.fmha_fwd(q, k, v, *args)
+
+
+_lib = torch.library.Library("spak", "FRAGMENT")     # kept alive: it owns the registration
+_lib.define("fmha" + _OP_SCHEMA + " -> Tensor")
+_lib.impl("fmha", _composite, "CompositeImplicitAutograd")
 
 
 # ------------------------------------------------------------------- the eager fast path
@@ -367,10 +557,18 @@ def _memo_key(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles):
 
 
 def _op_args(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles) -> tuple:
-    """validate() and resolve_tiles(): torch.ops.spak.fmha's arguments after q, k, v."""
+    """validate() and resolve_tiles(): torch.ops.spak.fmha's arguments after q, k, v.
+
+    Under torch.compile the config is left to the op's body (tile 0 = look it up at run
+    time, see _launch_config): the lookup asks the CUDA driver for the GPU's name and
+    reads the tuned-config store, which Dynamo cannot trace in a full graph (issue 20)."""
     c = validate(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                  enable_gqa=enable_gqa, kernel=kernel, tiles=tiles)
     s = 1.0 / math.sqrt(c.D) if c.scale is None else c.scale
+    if torch.compiler.is_compiling():
+        given = c.tiles or {}
+        return (c.mask, is_causal, s, kernel, given.get("TILE_M", 0), given.get("TILE_N", 0),
+                0, 0, 0, 0)
     t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles)
     return (c.mask, is_causal, s, kernel, int(t["TILE_M"]), int(t["TILE_N"]),
             int(t.get("LAT_K") or 0), int(t.get("LAT_V") or 0), int(t.get("occupancy") or 0),
@@ -398,5 +596,5 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
             _VALIDATED[key] = args
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
             attn_mask is not None and attn_mask.requires_grad)):
-        return torch.ops.spak.fmha(q, k, v, *args)     # autograd: the op records (and refuses)
+        return torch.ops.spak.fmha(q, k, v, *args)     # autograd: the op records the backward
     return _impl(q, k, v, *args)
