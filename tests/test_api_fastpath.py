@@ -293,16 +293,22 @@ def _real_op_on_cpu(monkeypatch, tmp_path):
 
 
 def test_requires_grad_through_the_real_op_is_recorded_by_autograd(monkeypatch, tmp_path):
-    _real_op_on_cpu(monkeypatch, tmp_path)
+    import spak.gpu.launch as gl
+    calls, _ = _real_op_on_cpu(monkeypatch, tmp_path)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)   # CPU: index None
+    monkeypatch.setattr(api, "_BWD_AVAILABLE", True)
+    bwd = []
+    monkeypatch.setattr(gl, "fmha_bwd_into", lambda *a, **kw: bwd.append(a))
     api._VALIDATED.clear()
     try:
         q, k, v = qkv()
         q.requires_grad_()
         out = spak.fmha(q, k, v)
-        assert out.grad_fn is not None     # as before: the op's autograd node, which refuses
-        with pytest.raises(RuntimeError, match="autograd"):
-            out.float().sum().backward()
+        assert out.grad_fn is not None     # the op's autograd node (issue 16: a backward)
+        assert "lse" in calls[-1][1]       # the forward wrote the LSE for it
+        out.float().sum().backward()
+        assert len(bwd) == 1 and q.grad.shape == q.shape
+        assert bwd[0][6] is calls[-1][1]["lse"]     # ... and the backward got it back
         with torch.no_grad():
             assert spak.fmha(q, k, v).grad_fn is None
     finally:
