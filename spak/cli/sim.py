@@ -135,6 +135,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         for s in specs:
             print(s.case_id)
         return 0
+    # before the simulator is imported: its import and first cases compile numba kernels
+    from spak.cpu import firstrun
+    cold = firstrun.announce()
     try:
         run_case = _load_run_case(family)
     except ImportError as e:
@@ -163,6 +166,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
             print(format_row(rows[-1]), file=sys.stderr if args.json else out, flush=True)
     wall = time.perf_counter() - t0
     ok = all(r["passed"] for r in rows)
+    if cold and any(r["passed"] for r in rows):    # a case ran through: the cache is filled
+        firstrun.mark_warm()
     if args.json:
         doc = {"spak": __version__, "command": "sim", "model": args.model, "seed": args.seed,
                **({} if family.name == "fmha_fwd" else {"family": family.name}),
