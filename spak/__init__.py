@@ -28,4 +28,8 @@ def __getattr__(name):
         from spak.api import fmha
         globals()["fmha"] = fmha        # later lookups skip this hook (~1 us per call)
         return fmha
+    if name == "fmha_kvcache":          # decode over a KV cache (spak/kvcache.py), same way
+        from spak.kvcache import fmha_kvcache
+        globals()["fmha_kvcache"] = fmha_kvcache
+        return fmha_kvcache
     raise AttributeError(f"module 'spak' has no attribute {name!r}")

@@ -1,0 +1,308 @@
+"""`spak.fmha_kvcache`: decode attention over a KV cache for PyTorch CUDA tensors.
+
+    out = spak.fmha_kvcache(q, k_cache, v_cache, cache_seqlens)                  # contiguous
+    out = spak.fmha_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=bt)  # paged
+
+The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged cache):
+
+* q [B, Sq, Hq, D]: the new queries (Sq = 1 in plain decode, a few with speculative
+  decoding or chunked prefill); fp16 or bf16.
+* k_cache, v_cache: [B, Sk_max, Hkv, D] (contiguous), or with ``block_table``
+  [num_pages, page_size, Hkv, D] (paged; page_size a power of two >= 16). Same dtype as
+  q; Hq a multiple of Hkv (GQA/MQA); D, Dv in [1, 256]. Must be contiguous (a cache is
+  never copied).
+* cache_seqlens: int32 (or int64, converted) [B], or an int for every sequence: sequence b
+  attends to its first cache_seqlens[b] keys. Values are device data and not checked (a
+  check would cost a device sync and break CUDA graph capture): the kernels clamp them to
+  [0, capacity]; a sequence of length 0 gives zeros.
+* block_table: int32 (or int64) [B, max_pages]: the page ids of sequence b in order;
+  entries past a sequence's last page are never read.
+* is_causal: bottom-right: query i of a sequence of length L sees keys j <= i + L - Sq
+  (the queries are the last Sq tokens); rows with no key give zeros. No effect at Sq = 1.
+* scale: default 1/sqrt(D); any finite real number.
+* num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
+  {"TILE_N", "MAX_ROWS"} (gpu.plan_decode).
+
+Returns [B, Sq, Hq, Dv] in q's dtype. Forward only. Registered as the custom op
+``torch.ops.spak.fmha_kvcache`` (with a fake implementation) for torch.compile; it
+allocates its workspaces with torch on the current stream and launches there, so it can
+be captured in a CUDA graph. Every bad input raises ValueError/TypeError naming the
+argument before anything runs (docs/errors.md).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from typing import Optional
+
+import torch
+
+__all__ = ["fmha_kvcache", "validate"]
+
+DTYPES = (torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+MAX_HEAD_DIM = 256
+MAX_SPLITS = 256
+MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
+TILE_KEYS = ("TILE_N", "MAX_ROWS")
+
+
+# --------------------------------------------------------------------------- validation
+
+def _check_tensor(name, t, ndim):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}D, got {t.dim()}D shape {tuple(t.shape)}")
+
+
+def _check_sizes(q, k_cache, v_cache):
+    B, Sq, Hq, D = q.shape
+    if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
+        raise ValueError(f"k_cache and v_cache must agree in all but the last dim, got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if k_cache.shape[3] != D:
+        raise ValueError(f"q and k_cache must have the same head_dim, got q {D}, "
+                         f"k_cache {k_cache.shape[3]}")
+    for name, d in (("q/k head_dim", D), ("v head_dim", v_cache.shape[3])):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    Hkv = k_cache.shape[2]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of the cache's kv heads "
+                         f"({Hkv}) (grouped-query attention)")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (a KV cache is never copied); "
+                             f"got strides {t.stride()}")
+
+
+def _check_index(name, t, shape):
+    if t.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} dtype must be torch.int32 (or torch.int64, converted), "
+                        f"got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
+
+
+def _check_cache_layout(q, k_cache, block_table):
+    B = q.shape[0]
+    if block_table is None:
+        if k_cache.shape[0] != B:
+            raise ValueError(f"k_cache batch ({k_cache.shape[0]}) must match q batch ({B}) "
+                             f"for a contiguous cache [B, Sk_max, Hkv, D] (pass block_table "
+                             f"for a paged cache)")
+        return
+    _check_tensor("block_table", block_table, 2)
+    _check_index("block_table", block_table, (B, block_table.shape[1]))
+    page = k_cache.shape[1]
+    if page < 16 or page & (page - 1):
+        raise ValueError(f"page_size (k_cache.shape[1]) must be a power of two >= 16 with "
+                         f"block_table, got {page}")
+
+
+def _check_scale(scale):
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number (float or int) or None, got "
+                        f"{type(scale).__name__} {scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
+    if abs(scale) > MAX_SCALE:
+        raise ValueError(f"scale must be within +-{MAX_SCALE:.3g} (the kernels hold "
+                         f"scale*log2(e) in float32), got {scale}")
+    return scale
+
+
+def _check_options(is_causal, num_splits, tiles):
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    if num_splits is not None:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
+            raise TypeError(f"num_splits must be an int or None, got {num_splits!r}")
+        if not 1 <= num_splits <= MAX_SPLITS:
+            raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
+    if tiles is None:
+        return {}
+    if not isinstance(tiles, dict):
+        raise TypeError(f"tiles must be a dict {{'TILE_N': int, 'MAX_ROWS': int}} or None, "
+                        f"got {type(tiles).__name__}")
+    unknown = set(tiles) - set(TILE_KEYS)
+    if unknown:
+        raise ValueError(f"tiles has unknown keys {sorted(map(str, unknown))}; accepted: "
+                         f"{', '.join(TILE_KEYS)}")
+    for key, val in tiles.items():
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+            raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
+        if not 16 <= val <= 256 or val & (val - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
+    return {k: int(v) for k, v in tiles.items()}
+
+
+def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
+             scale=None, num_splits=None, tiles=None, require_cuda: bool = True):
+    """Check every argument; raise ValueError/TypeError naming the culprit. Returns
+    (scale or None, tiles dict). Order: types and ndim, dtypes, sizes, layout, options,
+    devices (so shape errors are reported for CPU and meta tensors too)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_tensor(name, t, 4)
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
+    _check_sizes(q, k_cache, v_cache)
+    if not isinstance(cache_seqlens, int) or isinstance(cache_seqlens, bool):
+        _check_tensor("cache_seqlens", cache_seqlens, 1)
+        _check_index("cache_seqlens", cache_seqlens, (q.shape[0],))
+    elif cache_seqlens < 0:
+        raise ValueError(f"cache_seqlens must be >= 0, got {cache_seqlens}")
+    _check_cache_layout(q, k_cache, block_table)
+    scale = _check_scale(scale)
+    tiles = _check_options(is_causal, num_splits, tiles)
+    _check_devices(q, k_cache, v_cache, cache_seqlens, block_table, require_cuda)
+    return scale, tiles
+
+
+def _check_devices(q, k_cache, v_cache, cache_seqlens, block_table, require_cuda):
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
+    named += [(n, t) for n, t in (("cache_seqlens", cache_seqlens),
+                                  ("block_table", block_table)) if isinstance(t, torch.Tensor)]
+    if len({str(t.device) for _, t in named}) > 1:
+        raise ValueError("q, k_cache, v_cache, cache_seqlens and block_table must be on one "
+                         "device, got " + ", ".join(f"{n} {t.device}" for n, t in named))
+    if require_cuda and q.device.type != "cuda":
+        raise ValueError(f"q, k_cache, v_cache must be CUDA tensors (spak.fmha_kvcache runs "
+                         f"cuTile kernels on an NVIDIA GPU), got device {q.device}; for CPU "
+                         f"use the simulator (`spak sim --family fmha_decode`)")
+
+
+# -------------------------------------------------------------------------- the op
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+_PLANS: dict = {}
+
+
+def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
+          tile_n, max_rows):
+    """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
+    grids and constants, with the tensors' places named; planning costs more host time
+    than a short decode kernel takes."""
+    key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
+           None if block_table is None else block_table.shape,
+           is_causal, scale, num_splits, tile_n, max_rows)
+    cached = _PLANS.get(key)
+    if cached is not None:
+        return cached
+    from spak.gpu.plan_decode import plan_decode
+    work = []
+
+    def alloc(shape, kind):
+        work.append(torch.empty(tuple(int(n) for n in shape), dtype=torch.float32,
+                                device=q.device))
+        return work[-1]
+
+    launches = plan_decode(q, k_cache, v_cache, lens, out, block_table=block_table,
+                           causal=is_causal, scale=scale, num_splits=num_splits or None,
+                           tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows},
+                           num_sms=_num_sms(q.device.index), alloc=alloc)
+    names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
+             id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
+    names.update({id(w): i for i, w in enumerate(work)})
+    templates = [(L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
+                 for L in launches]
+    if len(_PLANS) >= 512:                    # many distinct shapes: start over
+        _PLANS.clear()
+    _PLANS[key] = cached = (templates, [tuple(w.shape) for w in work])
+    return cached
+
+
+class _Const:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+          cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
+          scale: float, num_splits: int, tile_n: int, max_rows: int) -> torch.Tensor:
+    """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
+    automatic)."""
+    import cuda.tile as ct
+    import spak.gpu.launch as gl
+    B, Sq, Hq, _ = q.shape
+    out = torch.empty((B, Sq, Hq, v_cache.shape[3]), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    q = q.contiguous()
+    lens = cache_seqlens.to(torch.int32) if cache_seqlens.dtype != torch.int32 else cache_seqlens
+    bt = block_table
+    if bt is not None and bt.dtype != torch.int32:
+        bt = bt.to(torch.int32)
+    templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
+                              num_splits, tile_n, max_rows)
+    # one workspace allocation per call, through torch's caching allocator (and its
+    # graph pools under CUDA graph capture)
+    work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
+    tensors = {"q": q, "k": k_cache, "v": v_cache, "lens": lens, "out": out, "bt": bt}
+    stream = gl.current_raw_stream(q.device.index)
+    try:
+        with torch.cuda.device(q.device.index):
+            for kernel, grid, args in templates:
+                ct.launch(stream, grid, kernel,
+                          tuple(a.value if isinstance(a, _Const) else
+                                work[a] if isinstance(a, int) else tensors[a] for a in args))
+    except Exception as exc:
+        from spak.device import env as gpu_env
+        if gpu_env.is_compile_error(exc):
+            major, minor = torch.cuda.get_device_capability(q.device)
+            raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
+        raise
+    return out
+
+
+_op = torch.library.custom_op("spak::fmha_kvcache", mutates_args=())(_impl)
+_op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs validated)."
+
+
+@_op.register_fake
+def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
+          tile_n, max_rows):
+    return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
+
+
+def _plain_eager(*tensors) -> bool:
+    """Nothing watches or transforms the call (spak.api's test, plus the cache tensors):
+    then the op's dispatch (~12 us of host time) is skipped."""
+    from spak.api import _plain_eager as plain
+    q, k, v, *rest = tensors
+    return (plain(q, k, v, None)
+            and all(t is None or type(t) is torch.Tensor for t in rest))
+
+
+def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
+                 is_causal: bool = False, scale: Optional[float] = None,
+                 num_splits: Optional[int] = None, tiles: Optional[dict] = None):
+    """softmax(q K^T * scale) V over each sequence's cached keys; see the module docstring."""
+    s, t = validate(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
+                    is_causal=is_causal, scale=scale, num_splits=num_splits, tiles=tiles)
+    from spak.gpu.plan_decode import default_decode_tiles
+    cfg = {**default_decode_tiles(q.shape[3]), **t}
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
+                                   device=q.device)
+    args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
+            1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
+            cfg["TILE_N"], cfg["MAX_ROWS"])
+    if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
+            torch.is_grad_enabled() and q.requires_grad):
+        return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd
+    return _impl(*args)
