@@ -363,10 +363,20 @@ def _rz_f32(v):
     return np.trunc(v * 2.0 ** 149) * 2.0 ** -149
 
 
+@numba.njit(inline="always", cache=_CACHE)
+def _f32_register(v):
+    """A k-step's RZ result as the fp32 accumulator register holds it for the next step:
+    >= 2^128 is inf (MMA-Sim), and a zero result is +0 (MMA-Sim: the fused sum has no
+    sign of zero)."""
+    return np.float64(np.float32(v)) + 0.0
+
+
 @numba.njit(cache=_CACHE)
-def _hopper_step_scalar(arow, bcol, k0, k1, c, emin):
-    """One k16 step for one output element, with MMA-Sim's special values: a NaN anywhere
-    gives the canonical NaN, an infinite sum gives that infinity."""
+def _hopper_step_scalar(arow, bcol, k0, k1, c, emin, fbits, ezero):
+    """One k-step for one output element, with MMA-Sim's special values: a NaN anywhere
+    gives the canonical NaN, an infinite sum gives that infinity; a zero term (product or
+    accumulator) counts with exponent `ezero` in the largest exponent (it matters only when
+    every non-zero term is below 2^ezero: bf16 products of tiny values)."""
     s = c
     for k in range(k0, k1):
         s += arow[k] * bcol[k]
@@ -374,24 +384,29 @@ def _hopper_step_scalar(arow, bcol, k0, k1, c, emin):
         return _bits_f64(0x7FFFFFFFE0000000)       # -> float32 0x7FFFFFFF
     if s == np.inf or s == -np.inf:
         return s
-    E = _expo(c, -126)
+    E = _expo(c, -126) if c != 0.0 else np.int32(ezero)
     for k in range(k0, k1):
         if arow[k] != 0.0 and bcol[k] != 0.0:
             E = max(E, _expo(arow[k], emin) + _expo(bcol[k], emin))
-    sc = _bits_f64(np.int64(1023 + 25 - E) << 52) if E > _NOEXP // 2 else 1.0
+        else:
+            E = max(E, np.int32(ezero))
+    sc = _bits_f64(np.int64(1023 + fbits - E) << 52)
     acc = np.trunc(c * sc)
     for k in range(k0, k1):
         acc += np.trunc(arow[k] * bcol[k] * sc)
-    return _rz_f32(acc / sc)
+    return _f32_register(_rz_f32(acc / sc))
 
 
 @numba.njit(cache=_CACHE, error_model="numpy")
-def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
-    """out[M,N] = the sm_90 tensor core's a[M,K] @ b[K,N] + c[M,N], fp32 accumulator.
+def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc, fbits, ezero):
+    """out[M,N] = the tensor core's a[M,K] @ b[K,N] + c[M,N], fp32 accumulator.
 
-    Per k-step of `kstep` (16: one wgmma k16): E = the largest of the unnormalised product
-    exponents e(a)+e(b) and e(c); every product and c truncated toward zero to a multiple
-    of 2^(E-25); exact sum; result rounded toward zero to fp32, the next step's c."""
+    Per k-step of `kstep` (16: one wgmma k16 on sm_90): E = the largest of the unnormalised
+    product exponents e(a)+e(b) and e(c); every product and c truncated toward zero to a
+    multiple of 2^(E-fbits) (fbits 25 on sm_90); exact sum; result rounded toward zero to
+    fp32, the next step's c. Zero terms count as exponent `ezero` (-133 on sm_90), which
+    only decides E when every non-zero term is below it: such elements take the scalar
+    path."""
     M, K = a.shape
     N = b.shape[1]
     for k in range(K):
@@ -406,7 +421,8 @@ def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
             k1 = min(k0 + kstep, K)
             if slow:
                 for j in range(N):
-                    cur[j] = _hopper_step_scalar(a[i], bf[:, j], k0, k1, cur[j], emin)
+                    cur[j] = _hopper_step_scalar(a[i], bf[:, j], k0, k1, cur[j], emin,
+                                                 fbits, ezero)
                 continue
             for j in range(N):
                 E[j] = _expo(cur[j], -126)
@@ -431,9 +447,13 @@ def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
                 for j in range(N):
                     E[j] = max(E[j], ea + eb[k, j])
                 k += 1
+            tiny = False
             for j in range(N):
                 e = E[j]
-                s = _bits_f64(np.int64(1023 + 25 - e) << 52) if e > _NOEXP // 2 else 1.0
+                # all terms zero: any scale gives +0; every non-zero term below 2^ezero
+                # (bf16 only; c is then 0): redone by the scalar rule below
+                s = _bits_f64(np.int64(1023 + fbits - e) << 52) if e >= ezero else 1.0
+                tiny |= _NOEXP // 2 < e < ezero
                 sc[j] = s
                 acc[j] = np.trunc(cur[j] * s)
             k = k0
@@ -462,34 +482,41 @@ def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc):
                     acc[j] += np.trunc(av * bf[k, j] * sc[j])
                 k += 1
             for j in range(N):
-                cur[j] = _rz_f32(acc[j] / sc[j])
+                cur[j] = _f32_register(_rz_f32(acc[j] / sc[j]))
+            if tiny:
+                for j in range(N):
+                    if _NOEXP // 2 < E[j] < ezero:
+                        cur[j] = _hopper_step_scalar(a[i], bf[:, j], k0, k1, 0.0, emin,
+                                                     fbits, ezero)
         for j in range(N):
             out[i, j] = np.float32(cur[j])
 
 
 @numba.njit(cache=_CACHE)
-def _hopper_one(a, b, c, out, t, emin, kstep, slow):
+def _hopper_one(a, b, c, out, t, emin, kstep, slow, fbits, ezero):
     K = b.shape[1]
     N = b.shape[2]
     _hopper_lane(a[min(t, a.shape[0] - 1)], b[min(t, b.shape[0] - 1)],
                  c[min(t, c.shape[0] - 1)], out[t], emin, kstep, slow[t],
                  np.empty((K, N)), np.empty((K, N), np.int32), np.empty(N),
-                 np.empty(N), np.empty(N, np.int32), np.empty(N))
+                 np.empty(N), np.empty(N, np.int32), np.empty(N), fbits, ezero)
 
 
-def _hopper_mma_py(a, b, c, out, emin, kstep, slow):
+def _hopper_mma_py(a, b, c, out, emin, kstep, slow, fbits, ezero):
     for t in numba.prange(out.shape[0]):
-        _hopper_one(a, b, c, out, np.int64(t), emin, kstep, slow)
+        _hopper_one(a, b, c, out, np.int64(t), emin, kstep, slow, fbits, ezero)
 
 
 _hopper_mma_serial = numba.njit(cache=_CACHE)(_renamed(_hopper_mma_py, "_serial"))
 _hopper_mma_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_hopper_mma_py, "_parallel"))
 
 
-def hopper_mma_f32(a, b, c, in_dtype, kstep=16):
+def hopper_mma_f32(a, b, c, in_dtype, kstep=16, fbits=25, ezero=-133):
     """The sm_90 HGMMA model on lane-leading arrays: a [La,M,K] (float values), b [Lb,K,N]
     (float16 storage for fp16, float32 holding bf16 values), c [Lc,M,N] float32 -> float32
-    [L,M,N]. Lane axes of size 1 broadcast."""
+    [L,M,N]. Lane axes of size 1 broadcast. kstep, fbits, ezero: the fused dot-add's
+    length, kept fraction bits and zero-term exponent (MMA-Sim's L_max, F, e_zero; sm_90:
+    16, 25, -133; sm_120 the same; sm_89: 8, 24, -132)."""
     emin = -14 if in_dtype == ct.float16 else -126
     a = np.ascontiguousarray(a, np.float64)
     b = np.ascontiguousarray(b)
@@ -506,7 +533,7 @@ def hopper_mma_f32(a, b, c, in_dtype, kstep=16):
     else:
         slow |= _nonfinite_lanes(b, lanes)
     fn = _hopper_mma_parallel if lanes * a.shape[1] * b.shape[2] >= (1 << 14) else _hopper_mma_serial
-    fn(a, b, c, out, emin, kstep, slow)
+    fn(a, b, c, out, emin, int(kstep), slow, int(fbits), int(ezero))
     return out
 
 
@@ -675,6 +702,9 @@ class Sm90(Sm90v0):
 
     name = "sm_90"
     contract_fma = True
+    #: the tensor core's fused dot-add (MMA-Sim's L_max, F, e_zero): k-step length, fraction
+    #: bits kept below the largest exponent, exponent of a zero term
+    mma_kstep, mma_fbits, mma_ezero = 16, 25, -133
 
     def __init__(self, threads: int | None = None, tables=MUFU_TABLES):
         super().__init__(threads)
@@ -684,7 +714,8 @@ class Sm90(Sm90v0):
     def mma(self, a, b, acc, acc_dtype, y_share=None):
         in_dt = _mma_input_dtype(b)
         if acc_dtype == ct.float32 and in_dt is not None and a.ndim == 3 and b.ndim == 3:
-            return hopper_mma_f32(a, b, acc, in_dt)
+            return hopper_mma_f32(a, b, acc, in_dt, self.mma_kstep, self.mma_fbits,
+                                  self.mma_ezero)
         return super().mma(a, b, acc, acc_dtype, y_share=y_share)
 
     def exp2(self, x, dtype, flush_to_zero):
@@ -731,18 +762,56 @@ def _mma_input_dtype(b):
     return None
 
 
-class Sm120v0(Sm90v0):
+class Sm120(Sm90):
+    """sm_120 (RTX 5070 and the other RTX Blackwell GPUs): not measured on hardware; built
+    from MMA-Sim and from the SASS tileiras emits (docs/numerics-sm120.md).
+
+    * mma fp16/bf16 -> fp32: `ct.mma` becomes HMMA.16816.F32 (mma.sync m16n8k16), chained
+      in ascending K (read from the fused kernel's cubin, ci/sass_trace_mma.py). One k16
+      instruction is MMA-Sim's RTX Blackwell fused dot-add: 16 products, F = 25, e_zero =
+      -133, RZ to fp32: the sm_90 arithmetic. 100% bit-identical to MMA-Sim 2.1.1 on every
+      input class (tests/test_mmasim_oracle.py).
+    * row sums of mma tiles: the same fragment order as sm_90 (per lane two chains over the
+      n8 blocks in order, then butterflies xor 2, xor 1), read from the SASS; FFMA
+      contraction of single-use products as on sm_90 (same SASS patterns).
+    * assumed, unverified: MUFU.EX2 / MUFU.RCP are sm_90's measured tables; float32 sums of
+      loaded tiles follow sm_90's order; fp32 -> fp16/bf16 is RNE."""
+
     name = "sm_120"
-    description = "Same declared arithmetic as sm_90 v0; not yet calibrated on an RTX 5070."
 
 
-MODELS = {"sm_90": Sm90, "sm_90-v0": Sm90v0, "sm_120": Sm120v0, "ieee": NumericModel}
+Sm120.description = Sm120.__doc__
+
+
+class Sm89(Sm90):
+    """sm_89 (L4, Ada Lovelace): not measured on hardware; built from MMA-Sim and from the
+    SASS tileiras emits (docs/numerics-sm89.md).
+
+    * mma fp16/bf16 -> fp32: `ct.mma` becomes HMMA.16816.F32 (mma.sync m16n8k16), chained
+      in ascending K (ci/sass_trace_mma.py). MMA-Sim's Ada Lovelace model of one k16
+      instruction: two fused dot-adds of 8 products each (the first's fp32 result is the
+      second's accumulator), 24 fraction bits below the largest exponent kept (truncated),
+      e_zero = -132, RZ to fp32. 100% bit-identical to MMA-Sim 2.1.1 on every input class
+      (tests/test_mmasim_oracle.py).
+    * row sums of mma tiles and FFMA contraction: as sm_90, read from the SASS.
+    * assumed, unverified: MUFU.EX2 / MUFU.RCP are sm_90's measured tables; float32 sums of
+      loaded tiles follow sm_90's order; fp32 -> fp16/bf16 is RNE."""
+
+    name = "sm_89"
+    mma_kstep, mma_fbits, mma_ezero = 8, 24, -132
+
+
+Sm89.description = Sm89.__doc__
+
+
+MODELS = {"sm_90": Sm90, "sm_90-v0": Sm90v0, "sm_120": Sm120, "sm_89": Sm89,
+          "ieee": NumericModel}
 _instances: dict[str, NumericModel] = {}
 
 
 def get_model(model) -> NumericModel:
-    """A model instance by name ('sm_90', 'sm_90-v0', 'sm_120', 'ieee') or a NumericModel
-    passed as is."""
+    """A model instance by name ('sm_90', 'sm_90-v0', 'sm_120', 'sm_89', 'ieee') or a
+    NumericModel passed as is."""
     if isinstance(model, NumericModel):
         return model
     try:
