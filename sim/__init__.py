@@ -8,11 +8,17 @@ bf16 data as `sim.SimArray(float32_values, ct.bfloat16)`). The kernel's own Pyth
 runs for every block, with cuTile's ops implemented on numpy/numba under a named numeric
 model (sim.numerics). The checker raises on out-of-bounds accesses, double writes by two
 blocks and output elements no block wrote; messages name the block and the kernel line.
+
+Kernels whose blocks talk through memory (atomics, spin locks) run in cooperative mode:
+one thread per block, taking turns at atomics, with a happens-before race checker
+(sim.coop, sim.races). `sim.find_races(kernel, grid, args, orders=N, seed=S)` runs a
+launch in several block orders and reports races and outputs that differ.
 """
 from .errors import SimulationError, SimNotSupported, SimTypeError
 from .launch import LaunchReport, launch
 from .memory import SimArray
 from .numerics import MODELS, NumericModel, get_model
+from .races import RaceReport, find_races
 
 __all__ = ["launch", "LaunchReport", "SimArray", "SimulationError", "SimNotSupported",
-           "SimTypeError", "MODELS", "NumericModel", "get_model"]
+           "SimTypeError", "MODELS", "NumericModel", "get_model", "find_races", "RaceReport"]

@@ -22,6 +22,18 @@ class GroupContext:
     unfused_sites: set = field(default_factory=set)
     loads: int = 0
     stores: int = 0
+    # cooperative mode (sim.coop): the scheduler and this block's record; None in lock-step
+    coop: object = None
+    coop_block: object = None
+    # checker findings raised while the group runs (e.g. reads of other blocks' writes)
+    findings: list = field(default_factory=list)
+
+    @property
+    def linear_ids(self) -> np.ndarray:
+        """Linear block id of each lane (x fastest), as the checker records writers."""
+        gx, gy, _ = self.grid
+        b = self.block_ids
+        return b[:, 0] + gx * (b[:, 1] + gy * b[:, 2])
 
     @property
     def lanes(self) -> int:

@@ -22,6 +22,7 @@ STORAGE = {
     ct.bfloat16: np.dtype(np.float32),   # bf16 values held exactly in float32
     ct.float32: np.dtype(np.float32),
     ct.float64: np.dtype(np.float64),
+    ct.tfloat32: np.dtype(np.float32),   # tf32 values (10-bit fraction) held in float32
 }
 
 _FROM_NUMPY = {
@@ -34,7 +35,7 @@ _FROM_NUMPY = {
     np.dtype(np.float64): ct.float64,
 }
 
-FLOATS = (ct.float16, ct.bfloat16, ct.float32, ct.float64)
+FLOATS = (ct.float16, ct.bfloat16, ct.float32, ct.float64, ct.tfloat32)
 INTS = (ct.int8, ct.int16, ct.int32, ct.int64, ct.uint8, ct.uint16, ct.uint32, ct.uint64)
 
 
@@ -60,11 +61,50 @@ def from_numpy(npdt) -> "ct.DType":
         raise SimTypeError(f"numpy dtype {np.dtype(npdt)} has no cuTile equivalent") from None
 
 
+# torch dtypes by name: cuTile accepts them in kernels (NVIDIA's gather sample writes
+# `ct.arange(TILE, dtype=torch.int32)`); matched by duck typing so sim/ never imports torch
+_TORCH = {
+    "torch.bool": ct.bool_, "torch.int8": ct.int8, "torch.int16": ct.int16,
+    "torch.int32": ct.int32, "torch.int64": ct.int64, "torch.uint8": ct.uint8,
+    "torch.uint16": ct.uint16, "torch.uint32": ct.uint32, "torch.uint64": ct.uint64,
+    "torch.float16": ct.float16, "torch.bfloat16": ct.bfloat16, "torch.float32": ct.float32,
+    "torch.float64": ct.float64, "torch.float8_e4m3fn": ct.float8_e4m3fn,
+    "torch.float8_e5m2": ct.float8_e5m2, "torch.float8_e8m0fnu": ct.float8_e8m0fnu,
+}
+
+
+def is_torch_dtype(dt) -> bool:
+    return type(dt).__name__ == "dtype" and type(dt).__module__ == "torch"
+
+
 def as_ct_dtype(dt) -> "ct.DType":
-    """Accept a cuTile DType or a numpy dtype/type (as NVIDIA's samples write np.float32)."""
+    """Accept a cuTile DType, a torch dtype or a numpy dtype/type (NVIDIA's samples write
+    np.float32 and torch.int32 inside kernels)."""
     if isinstance(dt, ct.DType):
         return dt
+    if is_torch_dtype(dt):
+        try:
+            return _TORCH[str(dt)]
+        except KeyError:
+            raise SimTypeError(f"torch dtype {dt} has no cuTile equivalent") from None
     return from_numpy(dt)
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 -> tf32 (1+8+10 bits), round to nearest even on the bit pattern; NaN and inf
+    pass. Not verified on hardware: cuTile may lower the conversion as cvt.rna (ties away)."""
+    b = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    finite = (b & 0x7F800000) != 0x7F800000
+    lsb = (b >> 13) & 1
+    r = np.where(finite, ((b + 0xFFF + lsb) >> 13) << 13, b).astype(np.uint32)
+    return r.view(np.float32)
+
+
+def round_value(model, x, dtype) -> np.ndarray:
+    """x rounded to `dtype`'s storage: the model's rounding, plus the dtypes it lacks."""
+    if dtype == ct.tfloat32:
+        return round_tf32(np.asarray(x, np.float32))
+    return model.round_to(x, dtype)
 
 
 def promote(a, b) -> "ct.DType":

@@ -10,7 +10,7 @@ import types
 
 import cuda.tile as ct
 
-from . import memory, ops
+from . import atomics, indexing, memory, ops, tileops
 from .errors import SimNotSupported
 from .tile import counted
 
@@ -22,6 +22,10 @@ _PASS_THROUGH = {
 }
 
 _FROM_MEMORY = {"load": memory.load, "store": memory.store}
+# ops added for issue 19 live in their own modules (sim.tileops, sim.indexing, sim.atomics)
+_EXTRA_MODULES = (tileops, indexing, atomics)
+# host-side names that pass through unchanged: a kernel never calls them, host code may
+_HOST = {"foreign_pointer_dtype"}
 
 
 def _unsupported(name):
@@ -44,6 +48,11 @@ def build() -> types.ModuleType:
         # the numeric model fuses a multiply into an add only when the product has one use
         elif name in _FROM_MEMORY:
             setattr(mod, name, counted(_FROM_MEMORY[name]))
+        elif name in _HOST:
+            setattr(mod, name, val)
+        elif any(callable(getattr(m, name, None)) for m in _EXTRA_MODULES):
+            impl = next(getattr(m, name) for m in _EXTRA_MODULES if callable(getattr(m, name, None)))
+            setattr(mod, name, impl if name == "compiler_timeout" else counted(impl))
         elif hasattr(ops, name) and callable(getattr(ops, name)):
             setattr(mod, name, counted(getattr(ops, name)))
         elif callable(val):
@@ -52,7 +61,14 @@ def build() -> types.ModuleType:
             setattr(mod, name, val)
     mod.kernel = _passthrough_decorator
     mod.function = _passthrough_decorator
+    mod.Slice = indexing.Slice          # cuTile's Slice can only be built by its compiler
+    mod.launch = _launch_in_kernel
     return mod
+
+
+def _launch_in_kernel(*args, **kwargs):
+    raise SimNotSupported("spak sim: ct.launch inside a kernel: launches are host code "
+                          "(on the CPU, sim.launch or spak.sim.enable() runs ct.launch)")
 
 
 def _passthrough_decorator(fn=None, /, **kw):

@@ -42,6 +42,8 @@ class LaunchReport:
     loads: int
     stores: int
     findings: list[str] = field(default_factory=list)
+    mode: str = "lockstep"            # "lockstep" or "cooperative" (sim.coop)
+    order: int | None = None          # None: default block order; an int: its seed
 
     @property
     def clean(self) -> bool:
@@ -156,14 +158,31 @@ def _grid3(grid):
     return grid + (1,) * (3 - len(grid))
 
 
+MODES = ("auto", "lockstep", "cooperative")
+
+
 def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=True,
-           max_lanes: int = MAX_LANES) -> LaunchReport:
+           max_lanes: int = MAX_LANES, mode: str = "auto", order: int | None = None,
+           resident: int | None = None) -> LaunchReport:
     """Run `kernel` over `grid` with `args` (numpy arrays are updated in place).
 
-    check: raise SimulationError when the checker finds a double write or unwritten
-    output elements (out-of-bounds accesses always raise, at the op, naming the block).
+    check: raise SimulationError when the checker finds a double write, a race or
+    unwritten output elements (out-of-bounds accesses always raise, at the op, naming the
+    block).
+    mode: "lockstep" runs blocks as lanes of one numpy computation, stores committed per
+    group (fast; blocks cannot see each other's memory); "cooperative" runs each block as
+    its own thread, taking turns at atomics and acquire/release accesses, with the
+    happens-before race checker (sim.coop, sim.races); "auto" (default) picks cooperative
+    when the kernel's code names an atomic or a memory order.
+    order: None runs blocks in the default order; an int seeds a shuffled block order
+    (and, in cooperative mode, random hand-overs), as sim.find_races does.
+    resident: cooperative mode's number of live blocks (default 64).
     """
     t0 = time.perf_counter()
+    if mode not in MODES:
+        raise ValueError(f"sim.launch: mode must be one of {MODES}, got {mode!r}")
+    if order is not None and (not isinstance(order, (int, np.integer)) or isinstance(order, bool)):
+        raise TypeError(f"sim.launch: order must be None or an int seed, got {order!r}")
     fn, names, const, wide, kname = _signature(kernel)
     grid = _grid3(grid)
     if not isinstance(args, (tuple, list)):
@@ -175,22 +194,57 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
     files: set = set()
     run = _rebind(fn, files)
     mdl = get_model(model)
-
+    if mode == "auto":
+        mode = "cooperative" if needs_cooperative(fn) else "lockstep"
     gx, gy, gz = grid
     z, y, x = np.meshgrid(np.arange(gz), np.arange(gy), np.arange(gx), indexing="ij")
     all_blocks = np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1).astype(np.int64)
+    job = _Job(kname, grid, mdl, run, bound, arrays, frozenset(files))
+    if mode == "cooperative":
+        stats = _run_cooperative(job, all_blocks, order, resident)
+    else:
+        if order is not None:
+            all_blocks = all_blocks[np.random.default_rng(order).permutation(len(all_blocks))]
+        stats = _run_lockstep(job, all_blocks, max_lanes)
+    findings = stats.pop("findings")
+    if check_unwritten:
+        findings += memory.unwritten_findings(arrays)
+    report = LaunchReport(kernel=kname, grid=grid, model=mdl.name,
+                          seconds=time.perf_counter() - t0, findings=findings, mode=mode,
+                          order=order, **stats)
+    if check and findings:
+        raise SimulationError(f"kernel {kname}: checker found {len(findings)} problem(s):\n  "
+                              + "\n  ".join(findings))
+    return report
+
+
+@dataclass
+class _Job:
+    kname: str
+    grid: tuple
+    model: object
+    run: object
+    bound: list
+    arrays: list
+    files: frozenset
+
+
+def _dedupe(findings):
+    return list(dict.fromkeys(findings))
+
+
+def _run_lockstep(job, all_blocks, max_lanes) -> dict:
     queue = [all_blocks[i:i + max_lanes] for i in range(0, len(all_blocks), max_lanes)]
     findings: list[str] = []
     groups = splits = loads = stores = 0
-    frozen = frozenset(files)
     unfused: set = set()
     while queue:
         blocks = queue.pop()
-        ctx = GroupContext(model=mdl, grid=grid, block_ids=blocks, kernel_files=frozen,
-                           unfused_sites=unfused)
+        ctx = GroupContext(model=job.model, grid=job.grid, block_ids=blocks,
+                           kernel_files=job.files, unfused_sites=unfused)
         set_current(ctx)
         try:
-            run(*bound)
+            job.run(*job.bound)
         except ContractionConflict as c:
             # a product fused as single-use turned out to have more uses: run the group
             # again without fusing that multiply (its pending stores are dropped with ctx)
@@ -209,21 +263,90 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
         except Exception as e:
             if hasattr(e, "add_note"):
                 first = tuple(int(v) for v in blocks[0])
-                e.add_note(f"spak sim: raised in kernel {kname} while running {len(blocks)} "
+                e.add_note(f"spak sim: raised in kernel {job.kname} while running {len(blocks)} "
                            f"block(s) in lock-step, first block {first}")
             raise
         finally:
             set_current(None)
         loads += ctx.loads
         stores += ctx.stores
-        findings += memory.commit(ctx, grid)
+        findings += ctx.findings
+        findings += memory.commit(ctx, job.grid)
         groups += 1
-    if check_unwritten:
-        findings += memory.unwritten_findings(arrays)
-    report = LaunchReport(kernel=kname, grid=grid, model=mdl.name,
-                          seconds=time.perf_counter() - t0, groups=groups, splits=splits,
-                          loads=loads, stores=stores, findings=findings)
-    if check and findings:
-        raise SimulationError(f"kernel {kname}: checker found {len(findings)} problem(s):\n  "
-                              + "\n  ".join(findings))
-    return report
+    return dict(groups=groups, splits=splits, loads=loads, stores=stores,
+                findings=_dedupe(findings))
+
+
+def _run_cooperative(job, all_blocks, order, resident) -> dict:
+    """Every block a thread (sim.coop) with the happens-before checker (sim.races). A
+    multiply that turns out to have two uses after it was fused restarts the launch from
+    the arrays as they were: other blocks may already have seen this block's stores."""
+    from .coop import Cooperative
+    from .races import HappensBefore
+    snapshot = [a.data.copy() for a in job.arrays]
+    unfused: set = set()
+    while True:
+        hb = HappensBefore(job.grid)
+        coop = Cooperative(job.grid, all_blocks, resident=resident, seed=order, hb=hb)
+        totals = {"loads": 0, "stores": 0, "findings": []}
+
+        def body(blk):
+            ctx = GroupContext(model=job.model, grid=job.grid,
+                               block_ids=np.array([blk.xyz], np.int64),
+                               kernel_files=job.files, unfused_sites=unfused, coop=coop,
+                               coop_block=blk)
+            set_current(ctx)
+            try:
+                job.run(*job.bound)
+            finally:
+                set_current(None)
+            totals["loads"] += ctx.loads
+            totals["stores"] += ctx.stores
+            totals["findings"] += ctx.findings
+
+        try:
+            coop.run(body)
+        except ContractionConflict as c:
+            unfused.add(c.site)
+            for a, snap in zip(job.arrays, snapshot):
+                a.data[...] = snap
+                a.owner = None
+            continue
+        except Exception as e:
+            if hasattr(e, "add_note"):
+                e.add_note(f"spak sim: raised in kernel {job.kname} (cooperative mode)")
+            raise
+        totals["findings"] += hb.findings()
+        return dict(groups=len(all_blocks), splits=0, loads=totals["loads"],
+                    stores=totals["stores"], findings=_dedupe(totals["findings"]))
+
+
+_COOP_NAMES = ("atomic_", "get_raw_memory", "MemoryOrder")
+_needs: dict = {}
+
+
+def needs_cooperative(fn) -> bool:
+    """Whether the kernel (or a function it calls) names an atomic, raw memory or a memory
+    order: blocks of such kernels may talk to each other through memory."""
+    hit = _needs.get(fn)
+    if hit is None:
+        _needs[fn] = False          # recursion guard
+        hit = _needs[fn] = _scan(fn.__code__, fn.__globals__, set())
+    return hit
+
+
+def _scan(code, globs, seen) -> bool:
+    if code in seen:
+        return False
+    seen.add(code)
+    for name in code.co_names:
+        if name.startswith(_COOP_NAMES) or name.startswith("atomic_"):
+            return True
+        val = globs.get(name)
+        if callable(val) and id(val) in REAL_TO_FAKE and getattr(val, "__name__", "").startswith("atomic_"):
+            return True
+        if isinstance(val, ct.kernel):
+            val = val._annotated_function.pyfunc
+        if isinstance(val, types.FunctionType) and _scan(val.__code__, val.__globals__, seen):
+            return True
+    return any(isinstance(c, types.CodeType) and _scan(c, globs, seen) for c in code.co_consts)

@@ -26,6 +26,7 @@ class SimArray:
 
     bf16 arrays: pass float32 `data` and dtype=ct.bfloat16; values are rounded to bf16
     (RNE) in place on construction so the array holds only representable values.
+    A view made inside a kernel (`Array.slice`) shares its root's memory and write record.
     """
 
     def __init__(self, data: np.ndarray, dtype=None, name: str | None = None):
@@ -44,31 +45,93 @@ class SimArray:
         self.data = data
         self.dtype = dt
         self.name = name or "array"
-        self.owner: np.ndarray | None = None   # block (linear id) that wrote each element
+        self._root = self
+        self._offset = 0
+        self._shape = tuple(int(n) for n in data.shape)
+        self._strides = tuple(st // data.itemsize for st in data.strides)
+        self._owner: np.ndarray | None = None   # block (linear id) that wrote each element
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(int(s) for s in self.data.shape)
+        return self._shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return len(self._shape)
 
     @property
     def strides(self) -> tuple[int, ...]:
-        return tuple(s // self.data.itemsize for s in self.data.strides)
+        return self._strides
+
+    @property
+    def owner(self):
+        root = self._root
+        if root._owner is None or root is self:
+            return root._owner
+        return root._owner[self._offset:]
+
+    @owner.setter
+    def owner(self, value):
+        self._root._owner = value
+
+    def _owner_flat(self) -> np.ndarray:
+        """The write record from this array's first element on (created on first use)."""
+        root = self._root
+        if root._owner is None:
+            root._owner = np.full(root.data.size, -1, np.int64)
+        return root._owner[self._offset:]
 
     def __repr__(self):
         return f"SimArray({self.name}, shape={self.shape}, dtype={self.dtype.name})"
 
     def _bits(self) -> np.ndarray:
-        return self.data.reshape(-1).view(_BITS[self.data.itemsize])
+        root = self._root.data
+        return root.reshape(-1).view(_BITS[root.itemsize])[self._offset:]
 
-    def slice(self, *a, **k):
+    # -- cuTile Array methods (kernel side) -----------------------------------------------
+    def slice(self, axis, start, stop):
+        """A view along one axis, [start, stop) (cuTile's Array.slice: no data copied)."""
+        axis = int(axis)
+        if not -self.ndim <= axis < self.ndim:
+            raise SimTypeError(f"Array.slice: axis {axis} out of range for {self.ndim}-d '{self.name}'")
+        axis %= self.ndim
+        start, stop, n = int(start), int(stop), self._shape[axis]
+        if not (0 <= start < n and start <= stop <= n):
+            raise SimulationError(f"Array.slice of '{self.name}': need 0 <= start < {n} and "
+                                  f"start <= stop <= {n}, got start={start} stop={stop}")
+        shape = self._shape[:axis] + (stop - start,) + self._shape[axis + 1:]
+        return self._view(self._offset + start * self._strides[axis], shape, self._strides,
+                          f"{self.name}[{axis}:{start}:{stop}]")
+
+    def _view(self, offset, shape, strides, name):
+        v = object.__new__(SimArray)
+        root = self._root
+        v.dtype, v.name, v._root, v._offset = self.dtype, name, root, offset
+        v._shape, v._strides, v._owner = tuple(shape), tuple(strides), None
+        item = root.data.itemsize
+        v.data = np.lib.stride_tricks.as_strided(root.data.reshape(-1)[offset:], v._shape,
+                                                 tuple(st * item for st in v._strides))
+        return v
+
+    def tiled_view(self, tile_shape, *, padding_mode=ct.PaddingMode.UNDETERMINED,
+                   traversal_steps=None):
+        from .views import TiledView
+        return TiledView(self, tile_shape, padding_mode, traversal_steps)
+
+    def get_raw_memory(self):
+        from .views import RawArrayMemory
+        return RawArrayMemory(self)
+
+    @property
+    def foreign_pointer(self):
         from .errors import SimNotSupported
-        raise SimNotSupported("Array.slice is not supported by the simulator")
+        raise SimNotSupported("Array.foreign_pointer is not supported by the simulator "
+                              "(foreign calls have no CPU counterpart)")
 
-    tiled_view = slice
+    @staticmethod
+    def from_foreign(pointer, shape, strides):
+        from .errors import SimNotSupported
+        raise SimNotSupported("Array.from_foreign is not supported by the simulator")
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,8 +225,9 @@ def _pad4(seq, fill):
     return np.array([fill] * (4 - len(seq)) + seq, dtype=np.int64)
 
 
-def _box(array: SimArray, index, shape, order, op: str):
-    """Per-lane start coordinates of the box, in the order-permuted array space."""
+def _box(array: SimArray, index, shape, order, op: str, steps=None):
+    """Per-lane start coordinates of the box, in the order-permuted array space (a tiled
+    view's traversal `steps` put box i at i * step instead of i * shape)."""
     if not isinstance(array, SimArray):
         raise SimTypeError(f"ct.{op}: first argument must be an array, got {type(array).__name__}")
     if not isinstance(index, (tuple, list)):
@@ -181,7 +245,7 @@ def _box(array: SimArray, index, shape, order, op: str):
     ctx = current()
     L = ctx.lanes
     starts = np.zeros((L, 4), np.int64)
-    for a, (ix, ts) in enumerate(zip(index, shape)):
+    for a, (ix, ts) in enumerate(zip(index, steps if steps is not None else shape)):
         col = 4 - nd + a
         if isinstance(ix, Tile):
             if ix.shape != ():
@@ -234,8 +298,32 @@ def _pad_bits(dtype, padding_mode) -> int:
     return int(val.reshape(1).view(_BITS[st.itemsize])[0])
 
 
+_MO, _MS = ct.MemoryOrder, ct.MemoryScope
+
+
+def check_order(op, order, scope, valid):
+    """cuTile's rules (validate_memory_order_and_scope): an allowed order; a scope iff the
+    order is not WEAK."""
+    order = _MO.WEAK if order is None else order
+    scope = _MS.NONE if scope is None else scope
+    if order not in valid:
+        raise SimTypeError(f"ct.{op}: memory_order={order} is not one of {[o.name for o in valid]}")
+    if (order == _MO.WEAK) != (scope == _MS.NONE):
+        raise SimTypeError(f"ct.{op}: memory_order={order.name} needs "
+                           + ("no memory_scope" if order == _MO.WEAK else "a memory_scope"))
+    return order, scope
+
+
 def load(array, /, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDETERMINED,
          check_bounds=True, latency=None, allow_tma=None, memory_order=None, memory_scope=None):
+    return load_box(array, index, shape, order=order, padding_mode=padding_mode,
+                    check_bounds=check_bounds, memory_order=memory_order,
+                    memory_scope=memory_scope)
+
+
+def load_box(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDETERMINED,
+             check_bounds=True, memory_order=None, memory_scope=None, steps=None):
+    mo, ms = check_order("load", memory_order, memory_scope, (_MO.WEAK, _MO.RELAXED, _MO.ACQUIRE))
     scalar = tuple(shape) == () if isinstance(shape, (tuple, list)) else False
     if isinstance(shape, int):
         shape = (shape,)
@@ -245,11 +333,15 @@ def load(array, /, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDET
     for s in shape:
         if s <= 0 or s & (s - 1):
             raise SimTypeError(f"ct.load: tile shape {shape} must be powers of two")
-    starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "load")
+    starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "load", steps)
     _check_box(array, starts, shape4, tshape4, "load", index if isinstance(index, (tuple, list)) else (index,),
                shape, check_bounds)
     ctx = current()
     ctx.loads += ctx.lanes
+    if ctx.coop is not None:
+        _coop_access(ctx, array, box_offsets(starts, shape4, strides4, tshape4), mo, ms, False)
+    elif array._root._owner is not None:
+        ctx.findings += foreign_reads(ctx, array, starts, shape4, strides4, tshape4)
     flat = array._bits()
     share = None
     if ctx.lanes > 1:
@@ -281,6 +373,13 @@ def _first_lane(inverse, n):
 
 def store(array, /, index, tile, *, order="C", check_bounds=True, latency=None,
           allow_tma=None, memory_order=None, memory_scope=None):
+    store_box(array, index, tile, order=order, check_bounds=check_bounds,
+              memory_order=memory_order, memory_scope=memory_scope)
+
+
+def store_box(array, index, tile, *, order="C", check_bounds=True, memory_order=None,
+              memory_scope=None, steps=None, tile_shape=None):
+    mo, ms = check_order("store", memory_order, memory_scope, (_MO.WEAK, _MO.RELAXED, _MO.RELEASE))
     ctx = current()
     if not isinstance(tile, Tile):
         from .tile import as_tile
@@ -293,14 +392,88 @@ def store(array, /, index, tile, *, order="C", check_bounds=True, latency=None,
             raise SimTypeError(
                 f"ct.store at {ctx.kernel_line()}: stored tile is incompatible with array "
                 f"'{array.name}': cannot implicitly cast {tile.dtype.name} to {array.dtype.name}")
-        tile = Tile(ctx.model.round_to(tile.v, array.dtype), array.dtype)
+        tile = Tile(dtypes.round_value(ctx.model, tile.v, array.dtype), array.dtype)
+    if tile_shape is not None:
+        tile = Tile(np.broadcast_to(tile.v, (tile.v.shape[0],) + tuple(tile_shape)), tile.dtype)
     shape = tile.shape
-    starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "store")
+    starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "store", steps)
     idx = index if isinstance(index, (tuple, list)) else (index,)
     _check_box(array, starts, shape4, tshape4, "store", idx, shape, check_bounds)
     vals = np.ascontiguousarray(tile.v).reshape(tile.v.shape[0], -1)
-    ctx.pending_stores.append((array, starts, shape4, strides4, tshape4, vals, ctx.kernel_line()))
+    item = (array, starts, shape4, strides4, tshape4, vals, ctx.kernel_line())
     ctx.stores += ctx.lanes
+    if ctx.coop is not None:
+        offs = box_offsets(starts, shape4, strides4, tshape4)
+        _coop_access(ctx, array, offs, mo, ms, True)
+        coop_commit(ctx, [item], array, offs)
+    else:
+        ctx.pending_stores.append(item)
+
+
+# ---------------------------------------------------------------------------------------
+# cooperative mode and the checker's view of single elements
+
+def box_offsets(starts, shape4, strides4, tshape4) -> np.ndarray:
+    """Flat offsets of the in-bounds elements of lane 0's box (cooperative mode: 1 lane)."""
+    axes = []
+    for d in range(4):
+        i = starts[0, d] + np.arange(int(tshape4[d]))
+        axes.append(i[(i >= 0) & (i < shape4[d])] * strides4[d])
+    return (axes[0][:, None, None, None] + axes[1][None, :, None, None]
+            + axes[2][None, None, :, None] + axes[3][None, None, None, :]).reshape(-1)
+
+
+def _coop_access(ctx, array, offs, order, scope, write):
+    """Hand over at the access (sync ops always, plain ones every quantum), then let the
+    happens-before checker see it."""
+    coop = ctx.coop
+    sync = order not in (None, _MO.WEAK)
+    if sync:
+        coop.sync_point(ctx)
+    else:
+        coop.plain_point(ctx)
+    hb = coop.hb
+    if hb is None:
+        return
+    b, line = int(ctx.coop_block.linear), ctx.kernel_line()
+    if sync:
+        hb.atomic(b, array, offs, np.ones(len(offs), bool) if write else None, order, scope,
+                  line, rmw=False)
+    elif write:
+        hb.write(b, array, offs, line)
+    else:
+        hb.read(b, array, offs, line)
+
+
+def coop_commit(ctx, items, array, offs):
+    """Apply stores at once (cooperative mode); memory that changed counts as progress."""
+    bits = array._bits()
+    before = bits[offs].copy()
+    pending, ctx.pending_stores = ctx.pending_stores, list(items)
+    try:
+        commit(ctx, ctx.grid, report=False)
+    finally:
+        ctx.pending_stores = pending
+    if (bits[offs] != before).any():
+        ctx.coop.progress()
+
+
+def foreign_reads(ctx, array, starts, shape4, strides4, tshape4) -> list[str]:
+    """Lock-step mode: a load of elements another block wrote earlier in this launch. Blocks
+    cannot synchronise without atomics, so the value read depends on the block order."""
+    n = int(np.prod(tshape4))
+    own = np.empty((len(starts), n), np.int64)
+    _gather(array._owner_flat(), shape4, strides4, starts, tshape4, np.int64(-1), own)
+    me = ctx.linear_ids[:, None]
+    bad = (own >= 0) & (own != me)
+    if not bad.any():
+        return []
+    lane, k = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    writer = _unlinear(own[lane, k], ctx.grid)
+    return [f"read of another block's write: '{array.name}' read by block "
+            f"{ctx.block_of(int(lane))} at {ctx.kernel_line()} holds values written by block "
+            f"{writer} in this launch; without atomics the result depends on block order "
+            f"({int(bad.sum())} elements)"]
 
 
 def _widening(src, dst) -> bool:
@@ -313,18 +486,21 @@ def _widening(src, dst) -> bool:
         return False
 
 
-def commit(ctx, grid) -> list[str]:
-    """Apply a finished group's stores; return double-write findings."""
+def commit(ctx, grid, report=True) -> list[str]:
+    """Apply a finished group's stores; return double-write findings (report=False: the
+    cooperative mode, whose happens-before checker judges writes instead)."""
     findings = []
     linear = (ctx.block_ids[:, 0] + grid[0] * (ctx.block_ids[:, 1] + grid[1] * ctx.block_ids[:, 2]))
-    for array, starts, shape4, strides4, tshape4, vals, line in ctx.pending_stores:
-        if array.owner is None:
-            array.owner = np.full(array.data.size, -1, np.int64)
+    for item in ctx.pending_stores:
+        if not isinstance(item, tuple):       # an element store (sim.indexing.ElementStore)
+            findings += item.commit(linear.astype(np.int64), grid, report)
+            continue
+        array, starts, shape4, strides4, tshape4, vals, line = item
         conflicts = np.zeros((4, 3), np.int64)
         bits = vals.view(_BITS[vals.dtype.itemsize])
         n = _scatter(array._bits(), shape4, strides4, starts, tshape4, bits, bits.shape[0],
-                     array.owner, linear.astype(np.int64), conflicts)
-        for off, prev, me in conflicts[:min(n, 4)]:
+                     array._owner_flat(), linear.astype(np.int64), conflicts)
+        for off, prev, me in conflicts[:min(n, 4) if report else 0]:
             findings.append(
                 f"double write: element {np.unravel_index(int(off), array.shape)} of "
                 f"'{array.name}' written by block {_unlinear(prev, grid)} and by block "

@@ -108,7 +108,7 @@ def arange(size, /, *, dtype, start=0, step=1):
 def astile(value, /, *, dtype):
     dtype = dtypes.as_ct_dtype(dtype)
     arr = np.asarray(value)
-    return Tile(current().model.round_to(arr.astype(np.float64), dtype)[None]
+    return Tile(dtypes.round_value(current().model, arr.astype(np.float64), dtype)[None]
                 if dtypes.is_float(dtype) else arr.astype(dtypes.storage(dtype))[None], dtype)
 
 
@@ -155,17 +155,30 @@ def cat(tiles, /, axis):
 
 def astype(x, dtype, /, *, rounding_mode=None):
     dtype = dtypes.as_ct_dtype(dtype)
-    if rounding_mode not in (None, ct.RoundingMode.RN):
-        raise SimNotSupported(f"ct.astype: rounding_mode={rounding_mode} is not modelled")
     x = as_tile(x)
+    if rounding_mode not in (None, ct.RoundingMode.RN):
+        return _astype_rounded(x, dtype, rounding_mode)
     if x.dtype == dtype:
         return x
     model = current().model
     if dtypes.is_float(dtype):
-        return Tile(model.round_to(x.v, dtype), dtype, x.share, layout=x.layout)
+        return Tile(dtypes.round_value(model, x.v, dtype), dtype, x.share, layout=x.layout)
     if dtype == ct.bool_:
         return Tile(x.v != 0, dtype)
     return Tile(model.round_to(x.v, dtype), dtype)
+
+
+def _astype_rounded(x, dtype, rounding_mode):
+    """float -> float with RZ/RM/RP (exact, sim.rounding); cuTile allows rounding modes
+    only for float-to-float conversions (its FTOF_ROUNDING_REGISTRY)."""
+    from . import rounding
+    if not (dtypes.is_float(x.dtype) and dtypes.is_float(dtype)):
+        raise SimTypeError("ct.astype: rounding_mode is only valid for float to float conversions")
+    if dtype == ct.tfloat32 or rounding_mode not in rounding.DIRECTED:
+        raise SimNotSupported(f"ct.astype: rounding_mode={rounding_mode} to {dtype.name} "
+                              "is not modelled")
+    r = rounding.convert(current().model, x.v, dtype, rounding_mode)
+    return Tile(np.asarray(r), dtype, layout=x.layout)
 
 
 def bitcast(x, /, dtype):
@@ -181,13 +194,44 @@ def bitcast(x, /, dtype):
 
 def _binop(name):
     def f(x, y, /, *, rounding_mode=None, flush_to_zero=False):
-        if rounding_mode not in (None, ct.RoundingMode.RN):
-            raise SimNotSupported(f"ct.{name}: rounding_mode={rounding_mode} is not modelled")
-        if flush_to_zero:
-            raise SimNotSupported(f"ct.{name}: flush_to_zero=True is not modelled")
-        return binary(name, x, y)
+        if rounding_mode in (None, ct.RoundingMode.RN) and not flush_to_zero:
+            return binary(name, x, y)
+        return _rounded_binop(name, x, y, rounding_mode, flush_to_zero)
     f.__name__ = name
     return f
+
+
+def _check_rd_ftz(op, dt, rounding_mode, flush_to_zero, modes):
+    """cuTile's compile-time rules (cuda.tile._ir.ops_utils.check_rd_and_ftz)."""
+    if rounding_mode is not None and rounding_mode not in modes:
+        raise SimTypeError(f"ct.{op}: rounding_mode={rounding_mode} is not supported for {op}")
+    if rounding_mode is not None and not dtypes.is_float(dt):
+        raise SimTypeError(f"ct.{op}: a rounding mode needs float operands, got {dt.name}")
+    if flush_to_zero and dt != ct.float32:
+        raise SimTypeError(f"ct.{op}: flush_to_zero is only valid for float32, got {dt.name}")
+
+
+_ARITH_MODES = (ct.RoundingMode.RN, ct.RoundingMode.RZ, ct.RoundingMode.RM, ct.RoundingMode.RP)
+
+
+def _rounded_binop(name, x, y, rounding_mode, flush_to_zero):
+    """add/sub/mul with an IEEE rounding mode and/or flush-to-zero (sim.rounding): one
+    rounding of the exact result, never contracted into an FMA."""
+    from . import rounding
+    dt = result_dtype(x, y)
+    _check_rd_ftz(name, dt, rounding_mode, flush_to_zero, _ARITH_MODES)
+    nd = builtins.max([t.ndim for t in (x, y) if isinstance(t, Tile)] or [0])
+    xv, yv = lane_array(x, dt, nd), lane_array(y, dt, nd)
+    if flush_to_zero:
+        xv, yv = rounding.ftz(xv), rounding.ftz(yv)
+    model = current().model
+    if name == "mul":
+        r = rounding.mul(model, xv, yv, dt, rounding_mode)
+    else:
+        r = rounding.add(model, xv, -yv if name == "sub" else yv, dt, rounding_mode)
+    if flush_to_zero:
+        r = rounding.ftz(r)
+    return Tile(np.asarray(r), dt, layout=derived_layout(np.shape(r)[1:], x, y))
 
 
 add, sub, mul = _binop("add"), _binop("sub"), _binop("mul")
@@ -202,7 +246,16 @@ def truediv(x, y, /, *, rounding_mode=None, flush_to_zero=False):
         with np.errstate(all="ignore"):
             r = np.divide(xv, yv)                 # IEEE float32 division, correctly rounded
         return Tile(r, dt, layout=derived_layout(r.shape[1:], x, y))
-    r = model.truediv(xv, yv, dt, rounding_mode, flush_to_zero)
+    _check_rd_ftz("truediv", dt, rounding_mode, flush_to_zero,
+                  _ARITH_MODES + (ct.RoundingMode.FULL, ct.RoundingMode.APPROX))
+    if rounding_mode in (ct.RoundingMode.RZ, ct.RoundingMode.RM, ct.RoundingMode.RP):
+        from . import rounding
+        if flush_to_zero:
+            xv, yv = rounding.ftz(xv), rounding.ftz(yv)
+        r = rounding.div(model, xv, yv, dt, rounding_mode)
+        r = rounding.ftz(r) if flush_to_zero else r
+    else:
+        r = model.truediv(xv, yv, dt, rounding_mode, flush_to_zero)
     if not isinstance(x, Tile) and not isinstance(y, Tile):
         return r.reshape(()).item()
     return Tile(r, dt, layout=derived_layout(r.shape[1:], x, y))
@@ -247,13 +300,16 @@ def abs(x, /):
 
 
 def _minmax(x, y, is_max, flush_to_zero, propagate_nan):
-    if flush_to_zero:
-        raise SimNotSupported("ct.maximum/minimum: flush_to_zero=True is not modelled")
-    if not isinstance(x, Tile) and not isinstance(y, Tile):
+    if not isinstance(x, Tile) and not isinstance(y, Tile) and not flush_to_zero:
         return builtins.max(x, y) if is_max else builtins.min(x, y)
     dt = result_dtype(x, y)
-    nd = builtins.max(t.ndim for t in (x, y) if isinstance(t, Tile))
+    _check_rd_ftz("maximum" if is_max else "minimum", dt, None, flush_to_zero, ())
+    nd = builtins.max([t.ndim for t in (x, y) if isinstance(t, Tile)] or [0])
     xv, yv = lane_array(x, dt, nd), lane_array(y, dt, nd)
+    if flush_to_zero:
+        # max.ftz.f32: subnormal inputs are zeros, so the result is one too
+        from .rounding import ftz
+        xv, yv = ftz(xv), ftz(yv)
     if propagate_nan:
         fn = np.maximum if is_max else np.minimum
     else:
@@ -301,11 +357,30 @@ def exp2(x, /, *, flush_to_zero=False):
 def _unary(fn):
     def f(x, /, *, rounding_mode=None, flush_to_zero=False):
         if rounding_mode not in (None, ct.RoundingMode.RN, ct.RoundingMode.FULL) or flush_to_zero:
-            raise SimNotSupported(f"ct.{fn}: rounding_mode/flush_to_zero options are not modelled")
+            return _unary_options(fn, x, rounding_mode, flush_to_zero)
         x = _float_in(x)
         return Tile(current().model.unary(fn, x.v, x.dtype), x.dtype, layout=x.layout)
     f.__name__ = fn
     return f
+
+
+def _unary_options(fn, x, rounding_mode, flush_to_zero):
+    """sqrt with RZ/RM/RP (exact, sim.rounding) and flush_to_zero on sqrt/rsqrt (inputs
+    and results flushed around the model's value); approximate modes are not modelled."""
+    from . import rounding
+    x = _float_in(x)
+    if fn not in ("sqrt", "rsqrt") or rounding_mode in (ct.RoundingMode.APPROX,) \
+            or (fn == "rsqrt" and rounding_mode is not None):
+        raise SimNotSupported(f"ct.{fn}: rounding_mode={rounding_mode} "
+                              f"flush_to_zero={flush_to_zero} is not modelled")
+    _check_rd_ftz(fn, x.dtype, rounding_mode, flush_to_zero, _ARITH_MODES)
+    v = rounding.ftz(x.v) if flush_to_zero else x.v
+    model = current().model
+    if rounding_mode in (None, ct.RoundingMode.RN):
+        r = model.unary(fn, v, x.dtype)
+    else:
+        r = rounding.sqrt(model, v, x.dtype, rounding_mode)
+    return Tile(rounding.ftz(r) if flush_to_zero else r, x.dtype, layout=x.layout)
 
 
 exp, log, log2, sqrt, rsqrt = _unary("exp"), _unary("log"), _unary("log2"), _unary("sqrt"), _unary("rsqrt")
@@ -352,22 +427,29 @@ def sum(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=Fa
 
 
 def max(x, /, axis=None, *, keepdims=False, flush_to_zero=False, propagate_nan=False):
-    if flush_to_zero:
-        raise SimNotSupported("ct.max: flush_to_zero=True is not modelled")
     fn = np.maximum if propagate_nan else np.fmax
-    x = as_tile(x)
+    x = _ftz_in("max", as_tile(x), flush_to_zero)
     return Tile(_reduce(x, axis, keepdims, lambda t, ax: fn.reduce(t.v, axis=ax)), x.dtype)
 
 
 def min(x, /, axis=None, *, keepdims=False, flush_to_zero=False, propagate_nan=False):
-    if flush_to_zero:
-        raise SimNotSupported("ct.min: flush_to_zero=True is not modelled")
     fn = np.minimum if propagate_nan else np.fmin
-    x = as_tile(x)
+    x = _ftz_in("min", as_tile(x), flush_to_zero)
     return Tile(_reduce(x, axis, keepdims, lambda t, ax: fn.reduce(t.v, axis=ax)), x.dtype)
 
 
+def _ftz_in(op, x: Tile, flush_to_zero) -> Tile:
+    """x with subnormals flushed when flush_to_zero (float32 only, as cuTile checks)."""
+    if not flush_to_zero:
+        return x
+    _check_rd_ftz(op, x.dtype, None, True, ())
+    from .rounding import ftz
+    return Tile(ftz(x.v), x.dtype, layout=x.layout)
+
+
 def prod(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=False):
+    if rounding_mode not in (None, ct.RoundingMode.RN) or flush_to_zero:
+        raise SimNotSupported("ct.prod: rounding_mode/flush_to_zero options are not modelled")
     x = as_tile(x)
     model = current().model
     return Tile(_reduce(x, axis, keepdims,
@@ -376,11 +458,20 @@ def prod(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=F
 
 
 def argmax(x, /, axis=None, *, keepdims=False, propagate_nan=False):
-    return _arg(x, axis, keepdims, np.argmax)
+    return _arg(_nan_ignored(x, -np.inf, propagate_nan), axis, keepdims, np.argmax)
 
 
 def argmin(x, /, axis=None, *, keepdims=False, propagate_nan=False):
-    return _arg(x, axis, keepdims, np.argmin)
+    return _arg(_nan_ignored(x, np.inf, propagate_nan), axis, keepdims, np.argmin)
+
+
+def _nan_ignored(x, fill, propagate_nan):
+    """numpy's argmax/argmin return the first NaN (cuTile's propagate_nan=True); by
+    default cuTile ignores NaN, so NaN becomes the value that never wins."""
+    x = as_tile(x)
+    if propagate_nan or x.v.dtype.kind != "f":
+        return x
+    return Tile(np.where(np.isnan(x.v), x.v.dtype.type(fill), x.v), x.dtype)
 
 
 def _arg(x, axis, keepdims, fn):
@@ -400,7 +491,8 @@ def _arg(x, axis, keepdims, fn):
 # matrix multiply
 
 _MMA_OK = {ct.float16: (ct.float16, ct.float32), ct.bfloat16: (ct.float32,),
-           ct.float32: (ct.float32,), ct.float64: (ct.float64,)}
+           ct.float32: (ct.float32,), ct.float64: (ct.float64,), ct.tfloat32: (ct.float32,),
+           ct.int8: (ct.int32,), ct.uint8: (ct.int32,)}
 
 
 def mma(x, y, /, acc, *, use_fast_acc=False):
@@ -416,6 +508,10 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
     out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
     if acc.shape != out_shape:
         raise SimTypeError(f"ct.mma: accumulator shape {acc.shape} != result shape {out_shape}")
+    if dtypes.is_int(x.dtype):
+        # integer tensor-core mma: exact products and sums, int32 accumulator wraps
+        r = np.matmul(x.v.astype(np.int64), y.v.astype(np.int64)) + acc.v
+        return Tile(r.astype(np.int32), acc.dtype, layout=MMA_LAYOUT)
     return Tile(current().model.mma(_f64(x), y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype,
                 layout=MMA_LAYOUT)
 
@@ -428,9 +524,18 @@ def _f64(t: Tile) -> np.ndarray:
 
 
 def matmul(x, y, /):
+    """x @ y in the promoted dtype, accumulated by mma (fp32 for 16-bit and tf32 inputs,
+    int32 for 8-bit ints); 1-D operands are a row / column vector, then squeezed."""
     x, y = as_tile(x), as_tile(y)
+    if x.ndim == 1 or y.ndim == 1:
+        r = matmul(x.reshape((1,) + x.shape) if x.ndim == 1 else x,
+                   y.reshape(y.shape + (1,)) if y.ndim == 1 else y)
+        shape = r.shape[:-2] + (() if x.ndim == 1 else r.shape[-2:-1]) \
+            + (() if y.ndim == 1 else r.shape[-1:])
+        return r.reshape(shape)
     dt = dtypes.promote(x.dtype, y.dtype)
-    acc_dt = ct.float32 if dt in (ct.float16, ct.bfloat16) else dt
+    acc_dt = {ct.float16: ct.float32, ct.bfloat16: ct.float32, ct.tfloat32: ct.float32,
+              ct.int8: ct.int32, ct.uint8: ct.int32}.get(dt, dt)
     out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
     acc = full(out_shape, 0, acc_dt)
     r = mma(astype(x, dt), astype(y, dt), acc)

@@ -123,6 +123,22 @@ class Tile:
         from .ops import astype
         return astype(self, dtype, rounding_mode=rounding_mode)
 
+    def extract(self, index, shape):
+        from .tileops import extract
+        return extract(self, index, shape)
+
+    def insert(self, index, value):
+        from .tileops import insert
+        return insert(self, index, value)
+
+    def __divmod__(self, o):
+        from .tileops import divmod as _divmod
+        return _divmod(self, o)
+
+    def __rdivmod__(self, o):
+        from .tileops import divmod as _divmod
+        return _divmod(o, self)
+
     def __getitem__(self, index):
         if not isinstance(index, tuple):
             index = (index,)
@@ -260,11 +276,11 @@ def lane_array(x, dtype, ndim: int) -> np.ndarray:
     if isinstance(x, Tile):
         v = x.v
         if x.dtype != dtype:
-            v = current().model.round_to(v, dtype) if dtypes.is_float(dtype) else v.astype(st)
+            v = dtypes.round_value(current().model, v, dtype) if dtypes.is_float(dtype) else v.astype(st)
         return _lift(v, ndim)
     arr = np.asarray(x)
     if arr.dtype.kind == "f" and dtypes.is_float(dtype):
-        arr = current().model.round_to(arr.astype(np.float64), dtype)
+        arr = dtypes.round_value(current().model, arr.astype(np.float64), dtype)
     else:
         arr = arr.astype(st)
     return arr.reshape((1,) * (ndim + 1))

@@ -162,7 +162,7 @@ def test_exp2_flushes_subnormal_results_to_zero():
 
 def test_unsupported_op_names_itself():
     x, y = randn(16), np.zeros(16, np.float32)
-    with pytest.raises(NotImplementedError, match=r"ct\.cumsum is not supported"):
+    with pytest.raises(NotImplementedError, match=r"ct\.mma_scaled is not supported"):
         sim.launch(K.uses_unsupported, (1,), (x, y, 16))
 
 
