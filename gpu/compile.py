@@ -180,6 +180,66 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
     return result
 
 
+def bwd_variant_launches(*, dtype: str, head_dim: int, causal: bool, has_mask: bool,
+                         tiles: Optional[dict] = None, head_dim_v: Optional[int] = None,
+                         int64: bool = False):
+    """The backward's launches for one variant (gpu.plan_bwd.plan_fmha_bwd), preceded by
+    the forward-with-LSE launch it needs (plan_fmha(..., lse=)), on shape-only stand-ins
+    as variant_launches. tiles: the backward's (BWD_TILE_KEYS); the forward's are its
+    defaults. Per-row float32 arrays (lse, delta) have rows of Sq: "seq" constraints."""
+    from .plan_bwd import plan_fmha_bwd
+    dv = head_dim if head_dim_v is None else head_dim_v
+    B, Hq, Hkv, Sq, Sk = 1, 2, 1, 100, 100
+    q = _ArraySpec((B, Hq, Sq, head_dim), dtype)
+    k = _ArraySpec((B, Hkv, Sk, head_dim), dtype)
+    v = _ArraySpec((B, Hkv, Sk, dv), dtype)
+    out = _ArraySpec((B, Hq, Sq, dv), dtype)
+    lse = _ArraySpec((B, Hq, Sq), "float32", "seq")
+    mask = _ArraySpec((1, 1, Sq, Sk), "float32", "seq") if has_mask else None
+
+    def alloc(shape, kind):
+        role = "seq" if len(shape) == 3 else "head"
+        return _ArraySpec(tuple(shape), "float32" if kind == "float32" else dtype, role)
+
+    launches = plan_fmha("fused", q, k, v, out, mask=mask, causal=causal, alloc=alloc, lse=lse)
+    launches = [replace(launches[0], name="fused.lse")]
+    launches += plan_fmha_bwd("fused", q, k, v, out, out, lse, q, k, v, mask=mask,
+                              causal=causal, tiles=tiles, alloc=alloc)
+    if int64:
+        launches = [replace(l, kernel=int64_variant(l.kernel)) for l in launches]
+    return launches
+
+
+def compile_bwd_variant(*, arch: str, dtype: str, head_dim: int, causal: bool,
+                        has_mask: bool, tiles: Optional[dict] = None,
+                        head_dim_v: Optional[int] = None, assume: str = "launch",
+                        int64: bool = False, use_cache: bool = False,
+                        hints: Optional[dict] = None) -> dict:
+    """compile_variant for the backward: the forward-with-LSE kernel and the backward's
+    three kernels (bwd_variant_launches), each to a cubin for ``arch``; the same result
+    dict (``kernels`` named fused.lse, bwd.preprocess, bwd.dkdv, bwd.dq). hints apply to
+    every kernel."""
+    result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": []}
+    start = time.perf_counter()
+    try:
+        launches = bwd_variant_launches(dtype=dtype, head_dim=head_dim, causal=causal,
+                                        has_mask=has_mask, tiles=tiles,
+                                        head_dim_v=head_dim_v, int64=int64)
+        with _disk_cache(use_cache):
+            for launch in launches:
+                t0 = time.perf_counter()
+                cubin = export_cubin(launch, arch, assume=assume, hints=hints)
+                result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
+                                          "seconds": time.perf_counter() - t0,
+                                          **kernel_facts(cubin, arch)})
+                result["cubin_bytes"] += len(cubin)
+        result["ok"] = True
+    except Exception as exc:   # a failed variant is a result, not a crash
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
 def export_cubin(launch, arch: str, *, assume: str = "launch",
                  hints: Optional[dict] = None) -> bytes:
     """The cubin of one planned launch's kernel (with the sweeper's hints) for ``arch``."""

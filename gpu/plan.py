@@ -82,7 +82,8 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
               causal: bool = False,
               scale: Optional[float] = None,
               tiles: Optional[dict] = None,
-              alloc: Optional[Callable[[tuple, str], Any]] = None) -> list[Launch]:
+              alloc: Optional[Callable[[tuple, str], Any]] = None,
+              lse=None) -> list[Launch]:
     """Launches computing ``out = softmax(q k^T * scale + mask) v``.
 
     q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], out [B, Hq, Sq, Dv],
@@ -96,6 +97,11 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     alloc(shape, kind), kind "float32" or "input" (q's dtype): makes the workspaces
     (naive's S and P, and the (1,1,1,1) dummy mask when mask is None). May be omitted
     when q is a numpy array.
+    lse: None, or a float32 [B, Hq, Sq] contiguous array that also receives the row
+    log-sum-exp for the backward (gpu.plan_bwd), "fused" only: natural log,
+    lse[r] = log(sum_j exp(scale * s_rj + mask_rj)), +inf for a row that sees no key.
+    The launch is then the fused kernel's LSE entry point (same output bits); None
+    plans exactly the inference launch.
 
     Returns [] when there is nothing to compute (Sq, B or Hq is 0). When Sk is 0 the
     kernels write zeros.
@@ -110,6 +116,11 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     has_mask = mask is not None
     if has_mask:
         _check_mask(mask, B, Hq, Sq, Sk)
+    if lse is not None:
+        if kernel_name != "fused":
+            raise ValueError(f"lse is computed by the 'fused' kernel only, not by "
+                             f"{kernel_name!r}")
+        check_rows("lse", lse, B, Hq, Sq)
 
     if B * Hq * Sq == 0:
         return []
@@ -121,6 +132,11 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     m_tiles = _cdiv(Sq, tm)
     if kernel_name == "fused":
         raw_max, c_pow2 = raw_max_args(scale, has_mask)
+        if lse is not None:
+            return [_launch(_fused.fmha_fwd_lse_kernel, (m_tiles, B * Hq, 1),
+                            (q, k, v, out, mask, lse, scale, c_pow2, head_dim, head_dim_v,
+                             tm, tn, causal, has_mask, raw_max, lat_k, lat_v),
+                            "fused")]
         return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
                         (q, k, v, out, mask, scale, c_pow2, head_dim, head_dim_v, tm, tn,
                          causal, has_mask, raw_max, lat_k, lat_v),
@@ -254,6 +270,17 @@ def _check_mask(mask, B, Hq, Sq, Sk):
     if name != "float32":
         raise TypeError(f"mask dtype must be float32, got {name}")
     _check_contiguous("mask", mask)
+
+
+def check_rows(name, x, B, Hq, Sq):
+    """A float32 [B, Hq, Sq] contiguous per-row array (the LSE, the backward's delta)."""
+    shape = _shape(name, x)
+    if shape != (B, Hq, Sq):
+        raise ValueError(f"{name} must have shape {(B, Hq, Sq)} [B, Hq, Sq], got {shape}")
+    dt = _dtype_name(x)
+    if dt != "float32":
+        raise TypeError(f"{name} dtype must be float32, got {dt}")
+    _check_contiguous(name, x)
 
 
 def _check_contiguous(name, x):

@@ -17,9 +17,14 @@ Rows that can attend no key (Sq > Sk, or a mask row of all -inf) produce exact z
 Read top to bottom: constants and entry point, then the per-block implementation, then
 the one-key-tile step of the online softmax.
 """
+import math
+
 import cuda.tile as ct
 
 from .common import FLOAT32_MAX, LOG2E, NEG_INF
+
+LN2 = math.log(2.0)     # the LSE is stored in natural-log units (log2 units * ln 2)
+POS_INF = math.inf
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -52,9 +57,31 @@ def fmha_fwd_kernel(Q, K, V, Out, Mask,
         # blocks start early and the short ones fill the last wave's gaps.
         bid_m = ct.num_blocks(0) - 1 - bid_m
     b, h, kv_h = _head_coords(ct.bid(1), Q, K)
-    _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_m,
+    _fmha_fwd_block(Q, K, V, Out, Mask, None, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V)
+                    LAT_K, LAT_V, False)
+
+
+# The same forward that also stores the row log-sum-exp for a backward pass (training).
+# A second entry point rather than a new parameter of fmha_fwd_kernel: inference launches
+# keep their exact argument list and compiled code. The shared body takes WRITE_LSE as a
+# compile-time constant: fmha_fwd_kernel passes False (and no Lse array), which compiles
+# the LSE code away.
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))
+def fmha_fwd_lse_kernel(Q, K, V, Out, Mask,
+                        Lse,                     # float32 [B, Hq, Sq]: natural-log LSE
+                        scale: float, scale_log2_pow2: float,
+                        HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                        TILE_M: ConstInt, TILE_N: ConstInt,
+                        CAUSAL: ConstBool, HAS_MASK: ConstBool, RAW_MAX: ConstBool,
+                        LAT_K: ConstInt = 0, LAT_V: ConstInt = 0):
+    bid_m = ct.bid(0)
+    if CAUSAL:
+        bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
+    b, h, kv_h = _head_coords(ct.bid(1), Q, K)
+    _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
+                    LAT_K, LAT_V, True)
 
 
 def _head_coords(bid_bh, Q, K):
@@ -73,9 +100,9 @@ def _head_coords(bid_bh, Q, K):
 # --------------------------------------------------------------------------------------
 # One block: load Q once, stream K/V tiles, normalise, store.
 # --------------------------------------------------------------------------------------
-def _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_m,
+def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V):
+                    LAT_K, LAT_V, WRITE_LSE):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
@@ -160,6 +187,26 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, scale, scale_log2_pow2, b, h, kv_h, bid_
     out = ct.where(has_keys, out, 0.0)
     out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
     ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
+    if WRITE_LSE:
+        _store_lse(Lse, m_i, l_i, has_keys, qk_scale_log2, b, h, bid_m, TILE_M, RAW_MAX)
+
+
+def _store_lse(Lse, m_i, l_i, has_keys, c, b, h, bid_m, TILE_M, RAW_MAX):
+    """Row log-sum-exp, natural log: lse = ln(sum_j exp(scale * s_j + M_j)); +inf for a
+    row that saw no key, so that the backward's exp(x - lse) is exactly 0 there.
+
+    In log2 units the sum is 2^m * l (m: the row max the exponents were taken against,
+    l: the row sum), so lse = (m + log2(l)) * ln(2). RAW_MAX keeps the raw max: m * c,
+    rounded on its own as the exponent offset mb was (the max() keeps the product out of
+    an FFMA). Rows with huge scores (|m * c| >= HUGE_ROW), which the forward ran at the
+    power-of-two multiplier, get their LSE at the true c: finite, but float32 then holds
+    it to >= 1 log2 unit, so their gradients are as approximate as their forward."""
+    if RAW_MAX:
+        m_i = ct.maximum(m_i * c, -FLOAT32_MAX)
+    l_safe = ct.where(has_keys, l_i, 1.0)
+    lse2 = m_i + ct.log2(l_safe)                           # log2 units
+    lse = ct.where(has_keys, lse2 * LN2, POS_INF)          # [TM, 1]
+    ct.store(Lse, index=(b, h, bid_m), tile=lse.reshape((1, 1, TILE_M)))  # rows past Sq dropped
 
 
 def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,

@@ -22,7 +22,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["attention_f64", "validate_attention_args", "additive_mask", "allowed_keys"]
+__all__ = ["attention_f64", "attention_grads_f64", "validate_attention_args", "additive_mask",
+           "allowed_keys"]
 
 _CHUNK_ELEMS = 1 << 23  # float64 score elements per block of rows (64 MiB)
 
@@ -126,3 +127,64 @@ def _softmax_rows_times(s: np.ndarray, v: np.ndarray) -> np.ndarray:
     o = (p @ v) / np.where(dead, 1.0, den)
     o[dead[:, 0]] = 0.0
     return o
+
+
+def attention_grads_f64(q, k, v, dout, *, mask=None, causal: bool = False,
+                        scale=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact gradients (dq, dk, dv) in float64 of attention_f64's output for the output
+    gradient `dout` [B, Hq, Sq, Dv]: the analytic backward, per row block,
+
+        P = softmax(Z), Z = q k^T * scale + mask (causal: -inf right of the diagonal)
+        dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP))
+        dQ = scale * dS K,  dK = scale * dS^T Q
+
+    GQA: dk and dv of a kv head are summed over the query heads of its group. Rows with
+    no allowed key have P = 0: zero gradients, never NaN. No gradient flows to the mask.
+    Same arguments and conventions as attention_f64.
+    """
+    q, k, v, dout = (np.asarray(x) for x in (q, k, v, dout))
+    scale = validate_attention_args(q, k, v, mask, scale)
+    B, Hq, Sq, _ = q.shape
+    Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    if dout.shape != (B, Hq, Sq, Dv):
+        raise ValueError(f"dout must have shape {(B, Hq, Sq, Dv)} [B, Hq, Sq, Dv], "
+                         f"got {dout.shape}")
+    group = Hq // Hkv
+    dq = np.zeros(q.shape, np.float64)
+    dk = np.zeros(k.shape, np.float64)
+    dv = np.zeros(v.shape, np.float64)
+    if Sq == 0 or Sk == 0:
+        return dq, dk, dv
+    m = additive_mask(mask)
+    if m is not None:
+        m = np.broadcast_to(m, (B, Hq, Sq, Sk))
+    rows_per_chunk = max(1, _CHUNK_ELEMS // Sk)
+    for b in range(B):
+        for hk in range(Hkv):
+            kk = k[b, hk].astype(np.float64)     # [Sk, D]
+            vv = v[b, hk].astype(np.float64)     # [Sk, Dv]
+            for h in range(hk * group, (hk + 1) * group):
+                qq = q[b, h].astype(np.float64)
+                do = dout[b, h].astype(np.float64)
+                for r0 in range(0, Sq, rows_per_chunk):
+                    rows = np.arange(r0, min(Sq, r0 + rows_per_chunk))
+                    s = (qq[rows] @ kk.T) * scale
+                    if m is not None:
+                        s += m[b, h, rows[0]:rows[-1] + 1]
+                    if causal:
+                        s[~allowed_keys(rows, Sq, Sk)] = -np.inf
+                    p = _softmax_rows(s)                          # [rows, Sk]
+                    dv[b, hk] += p.T @ do[rows]
+                    dp = do[rows] @ vv.T
+                    ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+                    dq[b, h, rows] = scale * (ds @ kk)
+                    dk[b, hk] += scale * (ds.T @ qq[rows])
+    return dq, dk, dv
+
+
+def _softmax_rows(s: np.ndarray) -> np.ndarray:
+    """softmax(s, axis=-1) with all -inf rows -> 0."""
+    mx = s.max(axis=1, keepdims=True)
+    dead = np.isneginf(mx)
+    p = np.exp(s - np.where(dead, 0.0, mx))
+    return p / np.where(dead, 1.0, p.sum(axis=1, keepdims=True))

@@ -21,6 +21,7 @@ __all__ = ["KernelFamily", "DEFAULT", "MODULES", "names", "get"]
 MODULES: dict[str, str] = {
     "fmha_fwd": "spak.families.fmha_fwd",
     "fmha_decode": "spak.families.fmha_decode",
+    "fmha_bwd": "spak.families.fmha_bwd",
 }
 DEFAULT = "fmha_fwd"
 

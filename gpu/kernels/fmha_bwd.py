@@ -1,0 +1,278 @@
+"""FMHA backward (FlashAttention-2's shape, deterministic: no atomics anywhere).
+
+Forward: O = softmax(Z) V with Z = Q K^T * scale + M, P = softmax(Z) row-wise.
+Given dO (the gradient of the loss w.r.t. O) and the forward's row log-sum-exp
+lse = log(sum_j exp(Z_j)) (gpu/kernels/fused.py, fmha_fwd_lse_kernel):
+
+    P  = exp(Z - lse)                      recomputed from Q, K and lse, never stored
+    dV = P^T dO
+    dP = dO V^T
+    dS = P * (dP - delta),  delta = rowsum(dO * O)   (= rowsum(P * dP))
+    dQ = scale * dS K
+    dK = scale * dS^T Q
+
+Three launches (gpu/plan_bwd.py plans them):
+  1. fmha_bwd_preprocess_kernel, grid (cdiv(Sq, TILE_M), B * Hq): delta, and the LSE
+     converted to log2 units (lse2 = lse * log2(e)) so the two kernels below subtract a
+     loaded value, never a pending product (keeps the FFMA of `s * c - lse2` unambiguous).
+  2. fmha_bwd_dkdv_kernel, grid (cdiv(Sk, TILE_N), B * Hkv): block (j, b*Hkv + g) owns
+     keys [j*TILE_N, (j+1)*TILE_N) of kv head g and keeps dK, dV in float32 registers while
+     it walks every query head of the GQA group and, per head, every query tile that can
+     see these keys. It works on the transposed scores S^T = K Q^T [TILE_N, TILE_M], so P^T
+     and dS^T come out in the orientation dV += P^T dO and dK += dS^T Q need. The group's
+     heads are summed inside the block, in a fixed order: deterministic, no atomics.
+  3. fmha_bwd_dq_kernel, grid (cdiv(Sq, TILE_M), B * Hq): block (i, b*Hq + h) owns query
+     rows [i*TILE_M, (i+1)*TILE_M) and walks the key tiles they can see, as the forward.
+
+Masking, as in the forward: causal is bottom-right (query i sees key j iff
+j <= i + Sk - Sq); an additive mask M (float32 [MB, MH, Sq, Sk], -inf entries) enters Z;
+rows that see no key have lse = +inf, so their P is exactly 0 and their gradients are 0.
+Query rows past Sq load lse2 = +inf (padding) and weigh nothing; key rows past Sk in the
+dK/dV block compute rows that the bounds-checked store drops; keys past Sk in the dQ
+block are masked (they would otherwise add to real rows).
+
+All arithmetic in the base-2 domain as the forward: c = scale * log2(e), P = exp2(S c +
+M log2(e) - lse2). Operands of the tensor-core products are rounded to the input dtype
+(P and dS, as FlashAttention does); every accumulator is float32.
+"""
+import math
+
+import cuda.tile as ct
+
+from .common import LOG2E
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+
+POS_INF = math.inf
+
+
+# --------------------------------------------------------------------------------------
+# 1. Preprocess: delta = rowsum(dO * O), lse2 = lse * log2(e)
+# --------------------------------------------------------------------------------------
+# A streaming kernel: occupancy 4 caps it at 64 registers (the compiler otherwise reserves
+# 255 for the same code, one block per SM; cubin read on the CPU, gpu.resources).
+@ct.kernel(occupancy=4)
+def fmha_bwd_preprocess_kernel(Out, dOut, Lse, Delta, Lse2,
+                               HEAD_DIM_V: ConstInt,   # tile width of Dv (power of two)
+                               TILE_M: ConstInt):      # rows per block
+    bid_m = ct.bid(0)
+    num_heads = Out.shape[1]
+    b = ct.bid(1) // num_heads
+    h = ct.bid(1) % num_heads
+    # columns past Dv and rows past Sq load as zeros; those rows are dropped by the store
+    o = ct.load(Out, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM_V))
+    do = ct.load(dOut, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
+                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM_V))
+    # In float64, products of fp16/bf16 values are exact and so, but for rows whose terms
+    # span more than 2^31 in magnitude, is their sum: the order the GPU sums in cannot
+    # change the result, which is rounded once to float32.
+    delta = ct.sum(o.astype(ct.float64) * do.astype(ct.float64), axis=-1)    # [TM]
+    delta = delta.astype(ct.float32)
+    ct.store(Delta, index=(b, h, bid_m), tile=delta.reshape((1, 1, TILE_M)))
+    lse = ct.load(Lse, index=(b, h, bid_m), shape=(1, 1, TILE_M),
+                  padding_mode=ct.PaddingMode.POS_INF)
+    ct.store(Lse2, index=(b, h, bid_m), tile=lse * LOG2E)     # +inf stays +inf
+
+
+# --------------------------------------------------------------------------------------
+# 2. dK, dV: one block per (key tile, batch, kv head)
+# --------------------------------------------------------------------------------------
+# occupancy 2 on sm_90: at D <= 128 with 64x64 tiles both kernels then compile to 256
+# threads x 128 registers without spills; the compiler's default (384 threads x 168
+# registers) spills (cubins read on the CPU, gpu.resources; not yet timed on a GPU).
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))
+def fmha_bwd_dkdv_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV,
+                         scale: float,             # softmax scale (float32), any finite
+                         HEAD_DIM: ConstInt,       # tile width of D (power of two >= D)
+                         HEAD_DIM_V: ConstInt,     # tile width of Dv
+                         TILE_M: ConstInt,         # query rows per inner step
+                         TILE_N: ConstInt,         # keys per block
+                         CAUSAL: ConstBool,
+                         HAS_MASK: ConstBool):
+    # Key tile 0 has the most work under causal (every query sees it): bid(0) order,
+    # which the GPU starts first, is already longest first.
+    num_kv_heads = K.shape[1]
+    b = ct.bid(1) // num_kv_heads
+    kv_h = ct.bid(1) % num_kv_heads
+    _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, ct.bid(0),
+                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+
+
+def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
+                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+    seq_q = Q.shape[2]
+    seq_k = K.shape[2]
+    diag = seq_k - seq_q                 # query i sees key j iff j <= i + diag
+    group = Q.shape[1] // K.shape[1]
+    c = scale * LOG2E
+
+    k = ct.load(K, index=(b, kv_h, bid_n, 0), shape=(1, 1, TILE_N, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM))
+    v = ct.load(V, index=(b, kv_h, bid_n, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM_V))
+    dk = ct.full((TILE_N, HEAD_DIM), 0.0, dtype=ct.float32)
+    dv = ct.full((TILE_N, HEAD_DIM_V), 0.0, dtype=ct.float32)
+    key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]     # [TN, 1]
+
+    # ---- which query tiles to visit -------------------------------------------------
+    # m_start: the first tile with a row that sees one of these keys; from m_full on
+    # every row sees every key of the block (no element-wise test). Keys past Sk count
+    # as visible: their rows are dropped by the store anyway.
+    m_tiles = ct.cdiv(seq_q, TILE_M)
+    if CAUSAL:
+        m_start = min(max(bid_n * TILE_N - diag, 0) // TILE_M, m_tiles)
+        last_key = bid_n * TILE_N + TILE_N - 1
+        m_full = max(min(ct.cdiv(max(last_key - diag, 0), TILE_M), m_tiles), m_start)
+    else:
+        m_start = 0
+        m_full = 0
+
+    mask_b = min(b, Mask.shape[0] - 1)
+    for g in range(group):               # the GQA group's query heads, in order
+        h = kv_h * group + g
+        mask_h = min(h, Mask.shape[1] - 1)
+        for i in range(m_start, m_full):         # the causal diagonal band
+            dk, dv = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
+                                b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
+                                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+        for i in range(m_full, m_tiles):         # every key visible (or non-causal)
+            dk, dv = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
+                                b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
+                                HEAD_DIM_V, TILE_M, TILE_N, False, HAS_MASK)
+
+    dk = (dk * scale).astype(dK.dtype).reshape((1, 1, TILE_N, HEAD_DIM))
+    ct.store(dK, index=(b, kv_h, bid_n, 0), tile=dk)          # rows past Sk dropped
+    ct.store(dV, index=(b, kv_h, bid_n, 0),
+             tile=dv.astype(dV.dtype).reshape((1, 1, TILE_N, HEAD_DIM_V)))
+
+
+def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_b, mask_h,
+               bid_n, i, diag, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+    """Fold query tile i of head h into (dk, dv), on transposed [TN, TM] tiles."""
+    q = ct.load(Q, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
+    do = ct.load(dOut, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
+                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM_V))
+    # rows past Sq: lse2 = +inf, so their weights are exactly 0
+    lse2 = ct.load(Lse2, index=(b, h, i), shape=(1, 1, TILE_M),
+                   padding_mode=ct.PaddingMode.POS_INF).reshape((1, TILE_M))
+    delta = ct.load(Delta, index=(b, h, i), shape=(1, 1, TILE_M),
+                    padding_mode=ct.PaddingMode.ZERO).reshape((1, TILE_M))
+
+    st = ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32)
+    st = ct.mma(k, q.permute((1, 0)), st)                    # S^T = K Q^T
+    x = st * c
+    if HAS_MASK:
+        m_t = ct.load(Mask, index=(mask_b, mask_h, bid_n, i), shape=(1, 1, TILE_N, TILE_M),
+                      order=(0, 1, 3, 2),                   # M^T via the load's axis order
+                      padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, TILE_M))
+        x = x + m_t * LOG2E
+    p_t = ct.exp2(x - lse2, flush_to_zero=True)             # P^T [TN, TM]
+    if CAUSAL:
+        q_pos = (i * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[None, :]
+        p_t = ct.where(key_pos <= q_pos, p_t, 0.0)
+    dv = ct.mma(p_t.astype(v.dtype), do, dv)                # dV += P^T dO
+
+    dpt = ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32)
+    dpt = ct.mma(v, do.permute((1, 0)), dpt)                # dP^T = V dO^T
+    ds_t = p_t * (dpt - delta)                              # dS^T
+    dk = ct.mma(ds_t.astype(k.dtype), q, dk)                # dK += dS^T Q (scaled at the end)
+    return dk, dv
+
+
+# --------------------------------------------------------------------------------------
+# 3. dQ: one block per (query tile, batch, query head)
+# --------------------------------------------------------------------------------------
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))
+def fmha_bwd_dq_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dQ,
+                       scale: float,
+                       HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                       TILE_M: ConstInt,           # query rows per block
+                       TILE_N: ConstInt,           # keys per inner step
+                       CAUSAL: ConstBool,
+                       HAS_MASK: ConstBool):
+    bid_m = ct.bid(0)
+    if CAUSAL:
+        bid_m = ct.num_blocks(0) - 1 - bid_m    # longest first, as the forward
+    num_q_heads = Q.shape[1]
+    group = num_q_heads // K.shape[1]
+    h = ct.bid(1) % num_q_heads
+    _dq_block(Q, K, V, dOut, Lse2, Delta, Mask, dQ, scale, ct.bid(1) // num_q_heads, h,
+              h // group, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+
+
+def _dq_block(Q, K, V, dOut, Lse2, Delta, Mask, dQ, scale, b, h, kv_h, bid_m,
+              HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+    seq_q = Q.shape[2]
+    seq_k = K.shape[2]
+    diag = seq_k - seq_q
+    c = scale * LOG2E
+
+    q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
+    do = ct.load(dOut, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
+                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM_V))
+    lse2 = ct.load(Lse2, index=(b, h, bid_m), shape=(1, 1, TILE_M),
+                   padding_mode=ct.PaddingMode.POS_INF).reshape((TILE_M, 1))
+    delta = ct.load(Delta, index=(b, h, bid_m), shape=(1, 1, TILE_M),
+                    padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, 1))
+    q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]   # [TM, 1]
+
+    # key tiles to visit, as the forward: kv_end one past the last key any row sees;
+    # tiles from mask_from on need the element-wise test (diagonal band, ragged end).
+    if CAUSAL:
+        last_row = min((bid_m + 1) * TILE_M, seq_q) - 1
+        kv_end = max(min(seq_k, last_row + diag + 1), 0)
+        first_row_sees = max(bid_m * TILE_M + diag + 1, 0)
+        mask_from = min(first_row_sees // TILE_N, seq_k // TILE_N)
+    else:
+        kv_end = seq_k
+        mask_from = seq_k // TILE_N
+    num_tiles = ct.cdiv(kv_end, TILE_N)
+    mask_b = min(b, Mask.shape[0] - 1)
+    mask_h = min(h, Mask.shape[1] - 1)
+
+    dq = ct.full((TILE_M, HEAD_DIM), 0.0, dtype=ct.float32)
+    for j in range(0, min(mask_from, num_tiles)):
+        dq = _dq_step(K, V, Mask, q, do, lse2, delta, dq, q_pos, c, b, kv_h, mask_b, mask_h,
+                      bid_m, j, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, False, False,
+                      HAS_MASK)
+    for j in range(mask_from, num_tiles):
+        dq = _dq_step(K, V, Mask, q, do, lse2, delta, dq, q_pos, c, b, kv_h, mask_b, mask_h,
+                      bid_m, j, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, True, CAUSAL,
+                      HAS_MASK)
+
+    dq = (dq * scale).astype(dQ.dtype).reshape((1, 1, TILE_M, HEAD_DIM))
+    ct.store(dQ, index=(b, h, bid_m, 0), tile=dq)             # rows past Sq dropped
+
+
+def _dq_step(K, V, Mask, q, do, lse2, delta, dq, q_pos, c, b, kv_h, mask_b, mask_h, bid_m,
+             j, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, BOUNDARY, CAUSAL, HAS_MASK):
+    """Fold key tile j into dq. BOUNDARY: keys past Sk (and, if CAUSAL, keys right of the
+    diagonal) get weight 0."""
+    k = ct.load(K, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM))
+    v_t = ct.load(V, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM_V, TILE_N),
+                  order=(0, 1, 3, 2),                       # V^T via the load's axis order
+                  padding_mode=ct.PaddingMode.ZERO).reshape((HEAD_DIM_V, TILE_N))
+    s = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+    s = ct.mma(q, k.permute((1, 0)), s)                     # S = Q K^T
+    x = s * c
+    if HAS_MASK:
+        m_tile = ct.load(Mask, index=(mask_b, mask_h, bid_m, j), shape=(1, 1, TILE_M, TILE_N),
+                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_N))
+        x = x + m_tile * LOG2E
+    p = ct.exp2(x - lse2, flush_to_zero=True)                # P [TM, TN]
+    if BOUNDARY:
+        key_pos = (j * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]   # [1, TN]
+        keep = key_pos < seq_k
+        if CAUSAL:
+            keep = keep & (key_pos <= q_pos)
+        p = ct.where(keep, p, 0.0)
+
+    dp = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+    dp = ct.mma(do, v_t, dp)                                 # dP = dO V^T
+    ds = p * (dp - delta)
+    return ct.mma(ds.astype(k.dtype), k, dq)                 # dQ += dS K (scaled at the end)

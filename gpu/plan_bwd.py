@@ -1,0 +1,166 @@
+"""Host-side launch plans for the FMHA backward: framework-agnostic, as gpu/plan.py.
+
+``plan_fmha_bwd`` validates the inputs and returns the launches computing dQ, dK and dV
+from the forward's inputs, its output ``out``, the output gradient ``dout`` and the
+forward's row log-sum-exp ``lse`` (``plan_fmha(..., lse=...)`` writes it). It never
+launches anything and never imports torch: numpy arrays and sim.SimArray for the CPU
+simulator, torch tensors for cuTile on a GPU. The caller runs the launches in order.
+
+    lse = alloc((B, Hq, Sq), "float32")
+    run(plan_fmha("fused", q, k, v, out, causal=True, lse=lse, alloc=alloc))
+    run(plan_fmha_bwd("fused", q, k, v, out, dout, lse, dq, dk, dv, causal=True,
+                      alloc=alloc))
+
+The kernels (gpu/kernels/fmha_bwd.py) are deterministic: no atomics; dK and dV of a GQA
+group are summed over its query heads inside one block, in a fixed order.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from .kernels import fmha_bwd as _bwd
+from .plan import (MAX_TILE, MIN_TILE, Launch, _cdiv, _check_bool, _check_contiguous,
+                   _check_int, _check_mask, _check_qkvo, _check_scale, _dtype_name, _launch,
+                   _resolve_alloc, _shape, _tile_width, check_rows)
+
+__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "default_bwd_tiles",
+           "plan_fmha_bwd", "preprocess_tile_m"]
+
+BWD_KERNELS = ("fused",)
+#: Launch names, in launch order.
+BWD_LAUNCH_NAMES = {"fused": ("bwd.preprocess", "bwd.dkdv", "bwd.dq")}
+#: The backward's tile knobs: DKV_TILE_N keys per dK/dV block, DKV_TILE_M query rows per
+#: step of its loop; DQ_TILE_M query rows per dQ block, DQ_TILE_N keys per step of its loop.
+BWD_TILE_KEYS = ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N")
+
+
+def default_bwd_tiles(head_dim: int, arch: str = "sm_90",
+                      causal: bool = False) -> dict[str, int]:
+    """Default backward tiles {DKV_TILE_M, DKV_TILE_N, DQ_TILE_M, DQ_TILE_N}.
+
+    Not yet timed on a GPU (the sweeper replaces them); chosen from the cubins tileiras
+    builds on the CPU (gpu.resources) as the largest tiles that compile without register
+    spills at the kernels' occupancy 2 on sm_90 (256 threads x 128 registers):
+    sm_90 (and sm_10x): D <= 64: dK/dV 64 queries x 64 keys, dQ 64 queries x 128 keys;
+    D <= 128: 64 x 64 both; D = 256: dK/dV 32 x 32 (its two [keys, 256] float32
+    accumulators spill at any wgmma-sized tile), dQ 64 x 64.
+    Other archs (no wgmma; smaller shared memory): 64 x 64 up to D = 128, 32 x 32 beyond.
+    ``causal`` is part of the store's key; the defaults do not depend on it yet.
+    """
+    d = _tile_width(_check_int("head_dim", head_dim, 1, 256))
+    _check_bool("causal", causal)
+    if arch == "sm_90" or arch.startswith("sm_10"):
+        if d <= 64:
+            return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 128}
+        if d <= 128:
+            return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+        return {"DKV_TILE_M": 32, "DKV_TILE_N": 32, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+    if d <= 128:
+        return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+    return {"DKV_TILE_M": 32, "DKV_TILE_N": 32, "DQ_TILE_M": 32, "DQ_TILE_N": 32}
+
+
+def preprocess_tile_m(head_dim_v: int) -> int:
+    """Rows per preprocess block: two float32 [rows, Dv] tiles of 8192 elements in all
+    (memory-bound; kept small enough not to spill at Dv = 256)."""
+    return max(16, min(128, 4096 // _tile_width(head_dim_v)))
+
+
+def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
+                  mask=None,
+                  causal: bool = False,
+                  scale: Optional[float] = None,
+                  tiles: Optional[dict] = None,
+                  alloc: Optional[Callable[[tuple, str], Any]] = None) -> list[Launch]:
+    """Launches computing the gradients of ``out = softmax(q k^T * scale + mask) v``.
+
+    q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], out and dout [B, Hq, Sq, Dv],
+    all fp16 or all bf16, contiguous; lse float32 [B, Hq, Sq] from the forward
+    (``plan_fmha(..., lse=)``: natural log, +inf for rows that see no key).
+    dq, dk, dv: outputs, same shapes and dtype as q, k, v, every element written by the
+    launches (dK/dV summed over the query heads of each GQA group).
+    mask, causal, scale: exactly as given to the forward (plan_fmha): mask None or float32
+    [MB, MH, Sq, Sk] additive, MB in {1, B}, MH in {1, Hq}; no gradient flows to it.
+    tiles: {DKV_TILE_M, DKV_TILE_N, DQ_TILE_M, DQ_TILE_N} (any subset; powers of two in
+    [16, 256]); default ``default_bwd_tiles(D, causal=causal)``.
+    alloc(shape, kind), kind "float32" or "input": the workspaces (delta and lse in log2
+    units, float32 [B, Hq, Sq] each; the (1,1,1,1) dummy mask when mask is None). May be
+    omitted when q is a numpy array.
+
+    Returns [] when there is nothing to compute (every output empty).
+    """
+    if kernel_name not in BWD_KERNELS:
+        raise ValueError(f"kernel_name must be one of {BWD_KERNELS}, got {kernel_name!r}")
+    B, Hq, Sq, D, Hkv, Sk, Dv = _check_qkvo(q, k, v, out)
+    dtype = _dtype_name(q)
+    _check_like("dout", dout, out)
+    check_rows("lse", lse, B, Hq, Sq)
+    for name, x, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        _check_like(name, x, like)
+    causal = _check_bool("causal", causal)
+    scale = _check_scale(scale, D)
+    t = check_bwd_tiles(tiles, D, causal)
+    has_mask = mask is not None
+    if has_mask:
+        _check_mask(mask, B, Hq, Sq, Sk)
+
+    if B * Hq * Sq == 0 and B * Hkv * Sk == 0:
+        return []
+    alloc = _resolve_alloc(alloc, q, dtype)
+    if not has_mask:
+        mask = alloc((1, 1, 1, 1), "float32")       # never read: HAS_MASK=False
+    head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
+    delta = alloc((B, Hq, Sq), "float32")
+    lse2 = alloc((B, Hq, Sq), "float32")
+    launches = []
+    if B * Hq * Sq > 0:
+        pre_m = preprocess_tile_m(Dv)
+        launches.append(_launch(_bwd.fmha_bwd_preprocess_kernel, (_cdiv(Sq, pre_m), B * Hq, 1),
+                                (out, dout, lse, delta, lse2, head_dim_v, pre_m),
+                                "bwd.preprocess"))
+    if B * Hkv * Sk > 0:       # with Sq == 0 it writes zeros (no query tile to visit)
+        launches.append(_launch(_bwd.fmha_bwd_dkdv_kernel,
+                                (_cdiv(Sk, t["DKV_TILE_N"]), B * Hkv, 1),
+                                (q, k, v, dout, lse2, delta, mask, dk, dv, scale, head_dim,
+                                 head_dim_v, t["DKV_TILE_M"], t["DKV_TILE_N"], causal,
+                                 has_mask),
+                                "bwd.dkdv"))
+    if B * Hq * Sq > 0:        # with Sk == 0 it writes zeros (no key tile to visit)
+        launches.append(_launch(_bwd.fmha_bwd_dq_kernel,
+                                (_cdiv(Sq, t["DQ_TILE_M"]), B * Hq, 1),
+                                (q, k, v, dout, lse2, delta, mask, dq, scale, head_dim,
+                                 head_dim_v, t["DQ_TILE_M"], t["DQ_TILE_N"], causal,
+                                 has_mask),
+                                "bwd.dq"))
+    return launches
+
+
+def check_bwd_tiles(tiles, head_dim: int, causal: bool = False) -> dict[str, int]:
+    """The defaults updated with ``tiles`` (None values keep the default), validated."""
+    t = default_bwd_tiles(head_dim, causal=causal)
+    if tiles is not None:
+        if not isinstance(tiles, dict):
+            raise TypeError(f"tiles must be a dict with keys among {BWD_TILE_KEYS}, "
+                            f"got {tiles!r}")
+        unknown = set(tiles) - set(BWD_TILE_KEYS)
+        if unknown:
+            raise ValueError(f"tiles: unknown keys {sorted(unknown)}; accepted: "
+                             f"{', '.join(BWD_TILE_KEYS)}")
+        t.update({key: val for key, val in tiles.items() if val is not None})
+    for key in BWD_TILE_KEYS:
+        n = _check_int(f"tiles[{key!r}]", t[key], MIN_TILE, MAX_TILE)
+        if n & (n - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+        t[key] = n
+    return t
+
+
+def _check_like(name, x, like):
+    """x has like's shape and dtype and is contiguous."""
+    shape, want = _shape(name, x), _shape("like", like)
+    if shape != want:
+        raise ValueError(f"{name} must have shape {want}, got {shape}")
+    dt, want_dt = _dtype_name(x), _dtype_name(like)
+    if dt != want_dt:
+        raise TypeError(f"{name} dtype ({dt}) must match q dtype ({want_dt})")
+    _check_contiguous(name, x)

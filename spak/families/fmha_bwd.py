@@ -1,0 +1,195 @@
+"""The FMHA backward as a kernel family: dQ, dK, dV of O = softmax(Q K^T * scale + M) V.
+
+Problems, grammar and named sets are the forward's (spak.attention.problems: one
+ProblemSpec per attention problem); the inputs add the output gradient dO. On the CPU the
+family runs the forward with LSE in the simulator first, then the backward's three
+launches (spak.cpu.simrun_bwd.simulate_fmha_bwd); the float64 reference is the analytic
+backward (spak.attention.reference.attention_grads_f64); the launches come from
+spak.gpu.plan_bwd.plan_fmha_bwd.
+"""
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+
+from spak.attention import problems as P
+from spak.core.metrics import max_abs, nonfinite_count, rel_l2, round_to_bf16
+from spak.families.base import KernelFamily
+
+#: Relative-L2 gates vs float64 for dQ, dK and dV, the forward's (spak.core.metrics.GATES).
+#: Measured on the simulator (sm_90 model; tests/test_sim_fmha_bwd.py and the default
+#: set): fp16 2.9e-4 .. 3.5e-4, bf16 2.2e-3 .. 2.9e-3 on every shape tried, about the
+#: forward's own error: the gates keep its ~3x margin.
+BWD_GATES = {"fp16": 1e-3, "bf16": 8e-3}
+
+
+class BwdInputs(NamedTuple):
+    """The forward's inputs (as spak.attention.problems.Inputs) plus dout, the gradient of
+    the loss w.r.t. the output: [B, Hq, Sq, D], the inputs' storage dtype."""
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray | None
+    dout: np.ndarray
+
+
+class FmhaBackward(KernelFamily):
+    name = "fmha_bwd"
+    title = "fused multi-head attention, backward: dQ, dK, dV (causal, masks, GQA, Sq != Sk)"
+    kernels = ("fused",)
+    outputs = ("dq", "dk", "dv")
+    metric = "TFLOPS"
+    space_keys = ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N", "occupancy",
+                  "num_ctas")
+    store_fields = ("dtype", "head_dim", "causal", "seq_bucket")
+    peers = ("sdpa-cudnn", "sdpa-flash")
+    entry_point = "spak.fmha"          # through autograd: out.backward()
+    shape_sets = P.SHAPE_SETS
+
+    # problems: the forward's grammar and sets
+    def grammar_help(self) -> str:
+        return P.GRAMMAR_HELP
+
+    def parse(self, text: str) -> P.ProblemSpec:
+        return P.parse_spec(text)
+
+    def check_shape_text(self, text: str) -> None:
+        if text.strip().lower() not in self.shape_sets:
+            P.parse_case(text)
+
+    def select(self, items, *, dtype="all", causal="both") -> list[P.ProblemSpec]:
+        return P.select_cases(items, dtype=dtype, causal=causal)
+
+    def make_inputs(self, problem, seed: int = 0) -> BwdInputs:
+        """The forward's inputs for (problem, seed) and an N(0, 1) dout from its own stream
+        (so q, k, v and the mask are the very ones the forward family draws)."""
+        q, k, v, mask = P.make_inputs(problem, seed)
+        rng = np.random.default_rng([seed, zlib.crc32(problem.case_id.encode()), 1])
+        d = rng.standard_normal((problem.B, problem.Hq, problem.Sq, problem.D),
+                                dtype=np.float32)
+        dout = d.astype(np.float16) if problem.dtype == "fp16" else round_to_bf16(d)
+        return BwdInputs(q, k, v, mask, dout)
+
+    # reference and gates
+    def reference(self, problem, inputs) -> dict:
+        from spak.attention.reference import attention_grads_f64
+        dq, dk, dv = attention_grads_f64(inputs.q, inputs.k, inputs.v, inputs.dout,
+                                         mask=inputs.mask, causal=problem.causal)
+        return {"dq": dq, "dk": dk, "dv": dv}
+
+    def gate(self, problem, output: str = "dq") -> float:
+        if output not in self.outputs:
+            raise ValueError(f"output must be one of {self.outputs}, got {output!r}")
+        return BWD_GATES[problem.dtype]
+
+    def error(self, output: str, out, ref, inputs, scale: float | None = None) -> float:
+        """Relative L2 error of one gradient vs float64. Where the true gradient is exactly
+        zero while the inputs are not (dQ and dK when every row sees one key: softmax is
+        constant), it is measured against the size the gradient has in general,
+        scale * ||dO||_F * max_j ||v_j|| * max ||k_j|| (dQ) or ... * max ||q_i|| (dK): the
+        kernel's rounding noise there is ~eps of that, not an infinite relative error."""
+        rel = rel_l2(out, ref)
+        if not math.isinf(rel) or output == "dv":
+            return rel
+        f = lambda x: np.asarray(x, np.float64)                       # noqa: E731
+        rows = lambda x: float(np.sqrt((f(x) ** 2).sum(-1)).max(initial=0.0))  # noqa: E731
+        sc = 1.0 / math.sqrt(inputs.q.shape[-1]) if scale is None else abs(scale)
+        other = inputs.k if output == "dq" else inputs.q
+        size = sc * float(np.linalg.norm(f(inputs.dout))) * rows(inputs.v) * rows(other)
+        return float(np.linalg.norm(f(out))) / size if size > 0 else rel
+
+    # the plan
+    def plan(self, kernel, arrays, *, tiles=None, alloc=None, mask=None, causal=False,
+             scale=None):
+        """arrays: q, k, v, out, dout, lse (the forward's), dq, dk, dv."""
+        from spak.gpu.plan_bwd import plan_fmha_bwd
+        a = arrays
+        return plan_fmha_bwd(kernel, a["q"], a["k"], a["v"], a["out"], a["dout"], a["lse"],
+                             a["dq"], a["dk"], a["dv"], mask=mask, causal=causal,
+                             scale=scale, tiles=tiles, alloc=alloc)
+
+    def simulate(self, kernel, problem, inputs, *, tiles=None, model="sm_90"):
+        from spak.cpu.simrun_bwd import simulate_fmha_bwd
+        g, reports = simulate_fmha_bwd(kernel, inputs.q, inputs.k, inputs.v, inputs.dout,
+                                       mask=inputs.mask, causal=problem.causal,
+                                       tiles=bwd_tiles_dict(tiles), model=model,
+                                       dtype=problem.dtype)
+        return {"dq": g["dq"], "dk": g["dk"], "dv": g["dv"]}, reports
+
+    def compile_variant(self, item) -> dict:
+        from spak.gpu.compile import compile_bwd_variant
+        from spak.gpu.plan_bwd import default_bwd_tiles
+        tiles = bwd_tiles_dict(item.get("tiles")) or default_bwd_tiles(
+            item["head_dim"], item["arch"], causal=item["causal"])
+        dtype = {"fp16": "float16", "bf16": "bfloat16"}[item["dtype"]]
+        r = compile_bwd_variant(arch=item["arch"], dtype=dtype, head_dim=item["head_dim"],
+                                causal=item["causal"], has_mask=item["mask"],
+                                tiles=dict(tiles), hints=item.get("hints"))
+        return {**r, "tiles": dict(tiles)}
+
+    # cost
+    def flops(self, problem) -> float:
+        """2.5x the forward's FLOPs (five matmuls to the forward's two: FlashAttention's
+        convention, which peers' backward TFLOPS use)."""
+        return 2.5 * problem.flops
+
+    def bytes_moved(self, problem) -> float:
+        p = problem
+        q_like = p.B * p.Hq * p.Sq * p.D          # q, out, dout, dq
+        kv_like = p.B * p.Hkv * p.Sk * p.D        # k, v, dk, dv
+        return 2.0 * (4 * q_like + 4 * kv_like) + 4.0 * p.B * p.Hq * p.Sq \
+            + (4.0 * p.B * p.Sq * p.Sk if p.mask else 0.0)
+
+    # tuning
+    def default_config(self, problem, arch: str = "sm_90") -> dict:
+        from spak.gpu.plan_bwd import default_bwd_tiles
+        return default_bwd_tiles(problem.D, arch, problem.causal)
+
+    def store_key(self, problem) -> dict:
+        from spak.tune.store import seq_bucket
+        return {"dtype": problem.dtype, "head_dim": problem.D, "causal": problem.causal,
+                "seq_bucket": seq_bucket(problem.Sk)}
+
+    # the CPU loop
+    def sim_case(self, kernel, problem, *, tiles=None, model="sm_90", seed=0) -> dict:
+        """KernelFamily.sim_case, with `error` (aware of exactly-zero gradients) in place
+        of the plain relative L2; the same row."""
+        inputs = self.make_inputs(problem, seed)
+        t0 = time.perf_counter()
+        outs, reports = self.simulate(kernel, problem, inputs, tiles=tiles, model=model)
+        seconds = time.perf_counter() - t0
+        ref = self.reference(problem, inputs)
+        per = {}
+        for name in self.outputs:
+            rel, bad = self.error(name, outs[name], ref[name], inputs), nonfinite_count(outs[name])
+            gate = self.gate(problem, name)
+            per[name] = {"rel_l2": rel, "max_abs": max_abs(outs[name], ref[name]),
+                         "nonfinite": bad, "gate": gate, "passed": bad == 0 and rel <= gate}
+        worst = max(per, key=lambda n: (not per[n]["passed"], per[n]["rel_l2"] / per[n]["gate"]))
+        return {"kernel": kernel, "shape": problem.display, "causal": problem.causal,
+                "dtype": problem.dtype,
+                **{k: per[worst][k] for k in ("rel_l2", "max_abs", "nonfinite", "gate")},
+                "seconds": seconds, "passed": all(p["passed"] for p in per.values()),
+                "error": None,
+                "launches": [{"kernel": r.kernel, "grid": list(r.grid), "groups": r.groups,
+                              "splits": r.splits, "seconds": r.seconds} for r in reports],
+                "outputs": per}
+
+
+def bwd_tiles_dict(tiles) -> dict | None:
+    """None, a backward tiles dict (gpu.plan_bwd.BWD_TILE_KEYS), or an (M, N) pair (what
+    `spak sim --tiles MxN` passes): M query rows and N keys per step in both kernels."""
+    if tiles is None or isinstance(tiles, dict):
+        return tiles
+    if isinstance(tiles, (str, bytes)) or not hasattr(tiles, "__len__") or len(tiles) != 2:
+        raise TypeError(f"tiles must be None, an (M, N) pair or a dict of "
+                        f"DKV_TILE_M/DKV_TILE_N/DQ_TILE_M/DQ_TILE_N, got {tiles!r}")
+    m, n = tiles
+    return {"DKV_TILE_M": m, "DKV_TILE_N": n, "DQ_TILE_M": m, "DQ_TILE_N": n}
+
+
+FAMILY = FmhaBackward()
