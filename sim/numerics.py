@@ -684,6 +684,11 @@ class Sm90(Sm90v0):
     * mma fp16/bf16 -> fp32: per wgmma k16 step, products exact, all 16 products and the
       accumulator truncated at 25 bits below the largest unnormalised exponent, exact sum,
       fp32 round-toward-zero; steps in K order. 100% bit-identical on 2.1M probe outputs.
+      Where the probes did not reach, MMA-Sim's Hopper model (100% identical to it on
+      147,456 outputs of every input class, tests/test_mmasim_oracle.py): NaN/inf, the
+      accumulator is an fp32 register between k16 steps (a sum past 2^128 is inf there), a
+      zero result is +0, and a zero term counts as exponent -133 (it decides the alignment
+      only when every other term of a bf16 step is below 2^-133).
     * float32 sums along one axis of power-of-two length: chunks of 4 neighbours
       ((x0+x1)+(x2+x3)), then a halving tree across chunks. 100% on the probe rows of 128.
     * fp32 -> fp16/bf16: RNE (100% on the probe).
@@ -762,6 +767,13 @@ def _mma_input_dtype(b):
     return None
 
 
+def arch_tables(arch: str) -> str:
+    """sim/data/<arch>_mufu.npz when an owner of that GPU has recorded it (`spak calibrate
+    --record`, then copied there), else sm_90's measured tables (the assumption)."""
+    own = os.path.join(os.path.dirname(MUFU_TABLES), f"{arch.replace('_', '')}_mufu.npz")
+    return own if os.path.exists(own) else MUFU_TABLES
+
+
 class Sm120(Sm90):
     """sm_120 (RTX 5070 and the other RTX Blackwell GPUs): not measured on hardware; built
     from MMA-Sim and from the SASS tileiras emits (docs/numerics-sm120.md).
@@ -778,6 +790,9 @@ class Sm120(Sm90):
       loaded tiles follow sm_90's order; fp32 -> fp16/bf16 is RNE."""
 
     name = "sm_120"
+
+    def __init__(self, threads: int | None = None, tables=None):
+        super().__init__(threads, arch_tables(self.name) if tables is None else tables)
 
 
 Sm120.description = Sm120.__doc__
@@ -799,6 +814,9 @@ class Sm89(Sm90):
 
     name = "sm_89"
     mma_kstep, mma_fbits, mma_ezero = 8, 24, -132
+
+    def __init__(self, threads: int | None = None, tables=None):
+        super().__init__(threads, arch_tables(self.name) if tables is None else tables)
 
 
 Sm89.description = Sm89.__doc__
