@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -507,3 +508,96 @@ def test_a_training_step_matches_sdpa(cpu):
     before = ours(x).square().mean().item()
     opt.step()
     assert ours(x).square().mean().item() < before
+
+
+# ------------------------------------------------------------------ end to end on the simulator
+
+@pytest.fixture
+def sim_kernels(monkeypatch, tmp_path):
+    """spak.fmha on CPU tensors with the real launch plans (forward with LSE, the backward's
+    three launches) executed by the CPU simulator: every ct.launch becomes sim.launch on
+    numpy views of the torch tensors (bf16 through a float32 copy, written back)."""
+    import cuda.tile as ct
+    import numpy as np
+    from spak import sim
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(tmp_path / "none.json"))   # default tiles
+    monkeypatch.setattr(api, "validate", lambda *a, **kw: REAL_VALIDATE(*a, require_cuda=False,
+                                                                        **kw))
+    monkeypatch.setattr(api, "_device_info", lambda device: (ARCH, GPU))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    import spak.gpu.launch as gl
+    monkeypatch.setattr(gl, "current_raw_stream", lambda device=None: 0)
+    names = []
+
+    def launch(stream, grid, kernel, args):
+        arrays, back = [], []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if a.dtype == BF16:
+                    arr = sim.SimArray(a.float().numpy(), ct.bfloat16)
+                    back.append((a, arr))
+                else:
+                    arr = sim.SimArray(a.numpy())
+                arrays.append(arr)
+            else:
+                arrays.append(a)
+        sim.launch(kernel, grid, tuple(arrays), model="sm_90")
+        for t, arr in back:
+            t.copy_(torch.from_numpy(np.asarray(arr.data)))
+        names.append(kernel._annotated_function.pyfunc.__name__)
+    monkeypatch.setattr(ct, "launch", launch)
+    api._VALIDATED.clear()
+    gl._FUSED_PLANS.clear()
+    yield names
+    api._VALIDATED.clear()
+    gl._FUSED_PLANS.clear()
+
+
+SIM_CASES = {
+    "gqa-causal-sq<sk-mask-fp16": dict(shape=dict(Hq=4, Hkv=2, Sq=40, Sk=72), dtype=F16,
+                                       is_causal=True, enable_gqa=True, mask=True),
+    "causal-sq>sk-bf16": dict(shape=dict(Sq=70, Sk=33), dtype=BF16, is_causal=True),
+}
+
+
+@pytest.mark.parametrize("name", list(SIM_CASES))
+def test_gradients_through_the_real_kernels_on_the_simulator(sim_kernels, name):
+    """spak.fmha's autograd runs the fused forward's LSE entry point and the backward's
+    launches (run here by the simulator): the gradients are the simulator's own
+    (spak.cpu.simrun_bwd, bit for bit) and near float64."""
+    from spak.cpu.simrun_bwd import simulate_fmha_bwd
+    from spak.gpu.plan import default_tiles
+    c = dict(SIM_CASES[name])
+    q, k, v = qkv(**c.pop("shape"), D=32, dtype=c.pop("dtype"), seed=5)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(6)).to(q.dtype)
+    if c.pop("mask", False):
+        keep = torch.rand(q.shape[2], k.shape[2], generator=torch.Generator().manual_seed(8))
+        c["attn_mask"] = torch.where(keep > 0.2, keep, -math.inf)        # additive, float32
+    out, got = spak_grads(q, k, v, dout, **c)
+    assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_kernel",
+                           "fmha_bwd_dkdv_kernel", "fmha_bwd_dq_kernel"]
+    _, want = expected_grads(q, k, v, dout, **c)
+    assert_close_grads(got, want, 3e-2 if q.dtype == BF16 else 3e-3)
+    held = (lambda t: t.detach().numpy()) if q.dtype == F16 else \
+        (lambda t: t.detach().float().numpy())
+    mask = c.get("attn_mask")
+    ref, _ = simulate_fmha_bwd(
+        "fused", held(q), held(k), held(v), held(dout),
+        mask=None if mask is None else mask.numpy(), causal=c.get("is_causal", False),
+        fwd_tiles=default_tiles(32, ARCH, c.get("is_causal", False)),
+        dtype="fp16" if q.dtype == F16 else "bf16")
+    for name_, t in zip(("out", "dq", "dk", "dv"), (out, *got)):
+        assert np.array_equal(held(t), ref[name_]), name_
+
+
+def test_compiled_training_through_the_simulator_gives_the_eager_bits(sim_kernels):
+    q, k, v = qkv(Hq=4, Hkv=1, Sq=33, Sk=50, D=16, seed=9)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(10)).to(F16)
+    kw = dict(is_causal=True, enable_gqa=True)
+    eager = spak_grads(q, k, v, dout, **kw)
+    f = torch.compile(lambda q, k, v: spak.fmha(q, k, v, **kw), fullgraph=True,
+                      backend="aot_eager")
+    out = f(q, k, v)
+    compiled = (out, torch.autograd.grad(out, (q, k, v), dout))
+    assert torch.equal(eager[0], compiled[0])
+    assert all(torch.equal(a, b) for a, b in zip(eager[1], compiled[1]))
