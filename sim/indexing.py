@@ -141,7 +141,13 @@ def read_elements(ctx, array, off, eff):
         _coop_access(ctx, array, off[eff], None, None, False)
     elif array._root._owner is not None:
         ctx.findings += _foreign(ctx, array, off, eff)
-    return array._bits()[take].view(dtypes.storage(array.dtype))
+    bits = array._bits()[take]
+    if ctx.coop is None:
+        from .memory import _pending_on, overlay_own
+        if _pending_on(ctx, array):
+            flat = bits.reshape(bits.shape[0], -1)
+            overlay_own(ctx, array, np.where(eff, off, -1).reshape(flat.shape[0], -1), flat)
+    return bits.view(dtypes.storage(array.dtype))
 
 
 def _foreign(ctx, array, off, eff):

@@ -344,7 +344,8 @@ def load_box(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDE
         ctx.findings += foreign_reads(ctx, array, starts, shape4, strides4, tshape4)
     flat = array._bits()
     share = None
-    if ctx.lanes > 1:
+    own = ctx.coop is None and _pending_on(ctx, array)
+    if ctx.lanes > 1 and not own:
         # lanes loading the same box (e.g. every query block of a head loads one K tile):
         # gather each box once, and tell mma so it can batch those lanes into one GEMM
         uniq, reps, inverse = np.unique(starts, axis=0, return_index=True, return_inverse=True)
@@ -358,6 +359,8 @@ def load_box(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDE
     if share is not None:
         out = out[share[0]]
         share = (share[0], _first_lane(share[0], len(share[1])))
+    if own:
+        overlay_own(ctx, array, lane_box_offsets(starts, shape4, strides4, tshape4), out)
     v = out.view(dtypes.storage(array.dtype)).reshape((ctx.lanes,) + shape)
     if scalar:
         v = v.reshape((ctx.lanes,))
@@ -421,6 +424,66 @@ def box_offsets(starts, shape4, strides4, tshape4) -> np.ndarray:
         axes.append(i[(i >= 0) & (i < shape4[d])] * strides4[d])
     return (axes[0][:, None, None, None] + axes[1][None, :, None, None]
             + axes[2][None, None, :, None] + axes[3][None, None, None, :]).reshape(-1)
+
+
+def lane_box_offsets(starts, shape4, strides4, tshape4) -> np.ndarray:
+    """(lanes, n) flat offsets of each lane's box in gather order; -1 outside the array."""
+    L = starts.shape[0]
+    off = np.zeros((L,) + tuple(int(t) for t in tshape4), np.int64)
+    ok = np.ones(off.shape, bool)
+    for d in range(4):
+        i = starts[:, d, None] + np.arange(int(tshape4[d]))[None, :]
+        shp = (L,) + tuple(-1 if e == d else 1 for e in range(4))
+        ok &= ((i >= 0) & (i < shape4[d])).reshape(shp)
+        off += (i * strides4[d]).reshape(shp)
+    return np.where(ok, off, -1).reshape(L, -1)
+
+
+def _pending_on(ctx, array) -> bool:
+    root = array._root
+    return any((item[0] if isinstance(item, tuple) else item.array)._root is root
+               for item in ctx.pending_stores)
+
+
+def _pending_items(ctx, array):
+    """(root offsets (L, n) with -1 = not stored, value bits (L or 1, n)) of this group's
+    buffered stores to `array`'s memory, in program order."""
+    root = array._root
+    for item in ctx.pending_stores:
+        if isinstance(item, tuple):
+            a, starts, shape4, strides4, tshape4, vals, _ = item
+            if a._root is root:
+                off = lane_box_offsets(starts, shape4, strides4, tshape4)
+                yield np.where(off >= 0, off + a._offset, -1), vals
+        elif item.array._root is root:
+            off = item.off.reshape(item.off.shape[0], -1)
+            yield (np.where(off >= 0, off + item.array._offset, -1),
+                   np.ascontiguousarray(item.vals).reshape(item.vals.shape[0], -1))
+
+
+def overlay_own(ctx, array, load_off, out):
+    """A block sees its own earlier stores (cuTile orders a block's memory ops on one
+    array): replace loaded elements by this lane's buffered store values, in place."""
+    lo = np.where(load_off >= 0, load_off + array._offset, -1)
+    width = out.dtype.itemsize
+    for st_off, vals in _pending_items(ctx, array):
+        bits = vals.view(_BITS[vals.dtype.itemsize]) if vals.dtype.itemsize == width else None
+        if bits is None:
+            continue
+        for lane in range(out.shape[0]):
+            so = st_off[min(lane, st_off.shape[0] - 1)]
+            sv = bits[min(lane, bits.shape[0] - 1)]
+            keep = so >= 0
+            so, sv = so[keep], sv[keep]
+            if so.size == 0:
+                continue
+            order = np.argsort(so, kind="stable")
+            so, sv = so[order], sv[order]
+            last = np.r_[so[1:] != so[:-1], True]          # a later duplicate wins
+            so, sv = so[last], sv[last]
+            pos = np.clip(np.searchsorted(so, lo[lane]), 0, so.size - 1)
+            hit = (so[pos] == lo[lane]) & (lo[lane] >= 0)
+            out[lane, hit] = sv[pos[hit]]
 
 
 def _coop_access(ctx, array, offs, order, scope, write):
