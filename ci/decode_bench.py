@@ -92,31 +92,34 @@ def _call_args(p):
 # -------------------------------------------------------------------- warm-up (compile)
 
 def _warm_case(spec):
-    """Compile one variant: launch the real shapes with every length 0 (nothing read)."""
+    """Compile one variant: launch the real shapes with every length 0 (no cache byte is
+    read; the caches are allocated but never written)."""
+    t0 = time.perf_counter()
+    try:
+        _warm_launch(*spec)
+        return spec[0], None, time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 -- reported, the run goes on
+        return spec[0], f"{type(e).__name__}: {e}", time.perf_counter() - t0
+
+
+def _warm_launch(kind, p):
     import torch
     import spak
-    kind, p = spec
     dev = torch.device("cuda")
     dt = torch.float16 if p["dtype"] == "fp16" else torch.bfloat16
     q = torch.randn(p["B"], p["Sq"], p["Hq"], p["D"], device=dev, dtype=dt)
     if p["page"]:
-        pages = p["B"] * -(-p["Sk"] // p["page"])
-        shape = (pages, p["page"], p["Hkv"], p["D"])
-        bt = torch.zeros(p["B"], pages // p["B"], dtype=torch.int32, device=dev)
+        per = -(-p["Sk"] // p["page"])
+        k = torch.empty(p["B"] * per, p["page"], p["Hkv"], p["D"], device=dev, dtype=dt)
+        bt = torch.zeros(p["B"], per, dtype=torch.int32, device=dev)
     else:
-        shape, bt = (p["B"], p["Sk"], p["Hkv"], p["D"]), None
-    one = torch.empty(1, device=dev, dtype=dt)
-    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(4))
-    k = one.as_strided(shape, strides)
+        k, bt = torch.empty(p["B"], p["Sk"], p["Hkv"], p["D"], device=dev, dtype=dt), None
     lens = torch.zeros(p["B"], dtype=torch.int32, device=dev)
-    t0 = time.perf_counter()
-    try:
-        spak.fmha_kvcache(q, k, k, lens, block_table=bt, is_causal=p["causal"],
-                          num_splits=p.get("splits"), tiles=p.get("tiles"))
-        torch.cuda.synchronize()
-        return kind, None, time.perf_counter() - t0
-    except Exception as e:  # noqa: BLE001 -- reported, the run goes on
-        return kind, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+    spak.fmha_kvcache(q, k, k, lens, block_table=bt, is_causal=p["causal"],
+                      num_splits=p.get("splits"), tiles=p.get("tiles"))
+    torch.cuda.synchronize()
+    del q, k
+    torch.cuda.empty_cache()
 
 
 def warm_up(problems, grid, jobs, log):
@@ -140,30 +143,35 @@ def warm_up(problems, grid, jobs, log):
 
 def correctness(problems, emit, log):
     import torch
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    for p in problems:
+        _guarded(lambda p=p: _check_one(p, dev, sms, emit, log), emit, log)
+
+
+def _check_one(p, dev, sms, emit, log):
+    import torch
     import spak
     from spak.core.metrics import fraction_bit_identical, max_abs, nonfinite_count, rel_l2
     from spak.cpu.simrun_decode import simulate_decode
     from spak.families.fmha_decode import FAMILY
-    dev = torch.device("cuda")
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    for p in problems:
-        inp = FAMILY.make_inputs(p, seed=1)
-        t = {k: _torch(v, dev) for k, v in inp.items()}
-        args = (t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"])
-        out = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p))
-        again = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p))
-        got = _numpy(out)
-        ref = FAMILY.reference(p, inp)["out"]
-        sim, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits,
-                                 num_sms=sms)
-        row = dict(kind="check", case=p.case_id, rel_l2=rel_l2(got, ref),
-                   max_abs=max_abs(got, ref), nonfinite=nonfinite_count(got),
-                   gate=FAMILY.gate(p), sim_identical=fraction_bit_identical(got, sim, p.dtype),
-                   deterministic=bool(torch.equal(out, again)), elements=int(got.size))
-        row["passed"] = (row["nonfinite"] == 0 and row["rel_l2"] <= row["gate"])
-        emit(row)
-        log(f"check {p.case_id:60s} rel {row['rel_l2']:.2e} sim {row['sim_identical']:.4%} "
-            f"{'PASS' if row['passed'] else 'FAIL'}")
+    inp = FAMILY.make_inputs(p, seed=1)
+    t = {k: _torch(v, dev) for k, v in inp.items()}
+    args = (t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"])
+    out = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p))
+    again = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p))
+    got = _numpy(out)
+    ref = FAMILY.reference(p, inp)["out"]
+    sim, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits,
+                             num_sms=sms)
+    row = dict(kind="check", case=p.case_id, rel_l2=rel_l2(got, ref),
+               max_abs=max_abs(got, ref), nonfinite=nonfinite_count(got),
+               gate=FAMILY.gate(p), sim_identical=fraction_bit_identical(got, sim, p.dtype),
+               deterministic=bool(torch.equal(out, again)), elements=int(got.size))
+    row["passed"] = (row["nonfinite"] == 0 and row["rel_l2"] <= row["gate"])
+    emit(row)
+    log(f"check {p.case_id:60s} rel {row['rel_l2']:.2e} sim {row['sim_identical']:.4%} "
+        f"{'PASS' if row['passed'] else 'FAIL'}")
 
 
 def graph_and_compile(emit, log):
@@ -351,6 +359,18 @@ def summary(rows, copy_gbs) -> str:
     return "\n".join(lines)
 
 
+def _guarded(phase, emit, log):
+    """Run one phase; an exception is recorded and the run goes on."""
+    if phase is None:
+        return
+    try:
+        phase()
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        emit(dict(kind="error", error=f"{type(e).__name__}: {e}"))
+        log("ERROR " + traceback.format_exc()[-1500:])
+
+
 def _shape_key(r):
     return tuple(r[k] for k in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "dtype"))
 
@@ -386,12 +406,12 @@ def main(argv=None) -> int:
     grid = timing_grid(args.quick)
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log)
-    if problems:
-        correctness(problems, emit, log)
-        graph_and_compile(emit, log)
+    for phase in ((lambda: correctness(problems, emit, log)) if problems else None,
+                  (lambda: graph_and_compile(emit, log)) if problems else None):
+        _guarded(phase, emit, log)
     copy_gbs = copy_ceiling(emit, log)
     for c in grid:
-        time_case(c, emit, log)
+        _guarded(lambda c=c: time_case(c, emit, log), emit, log)
     text = summary(rows, copy_gbs)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text + "\n")
