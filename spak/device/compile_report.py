@@ -219,7 +219,10 @@ def config_text(r: dict) -> str:
     """64x128, plus /o3 and /c2 for the occupancy and num_ctas hints compiled in and
     /NAME=value for each sweep knob."""
     t = r.get("tiles")
-    text = f"{t['TILE_M']}x{t['TILE_N']}" if t else "default"
+    if t and "TILE_M" in t and "TILE_N" in t:
+        text = f"{t['TILE_M']}x{t['TILE_N']}"
+    else:   # no tiles, or another family's tile keys (each shown as /NAME=value below)
+        text = "default" if not t else ""
     h = r.get("hints") or {}
     text += (f"/o{h['occupancy']}" if h.get("occupancy") else "")
     text += (f"/c{h['num_ctas']}" if h.get("num_ctas") else "")
