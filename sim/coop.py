@@ -56,7 +56,7 @@ class _Block:
 
 class Cooperative:
     def __init__(self, grid, blocks: np.ndarray, *, resident=None, seed=None, hb=None,
-                 quantum=64, idle_limit=IDLE_LIMIT):
+                 quantum=64, idle_limit=None):
         self.grid = grid
         self.rng = None if seed is None else np.random.default_rng(seed)
         if self.rng is not None:
@@ -65,7 +65,7 @@ class Cooperative:
         self.resident = max(1, int(resident or 64))
         self.hb = hb
         self.quantum = 1 if self.rng is not None else max(1, int(quantum))
-        self.idle_limit = idle_limit
+        self.idle_limit = IDLE_LIMIT if idle_limit is None else idle_limit
         self.live: list[_Block] = []
         self.started: list[_Block] = []
         self.turn = None

@@ -18,6 +18,7 @@ Two parts:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -191,6 +192,12 @@ class RaceReport:
         return "\n".join(lines)
 
 
+def _race_key(msg: str) -> str:
+    """A finding without its block ids and element: the same race seen in two orders."""
+    msg = re.sub(r"block \(\d+, \d+, \d+\)", "block", msg)
+    return re.split(r"; element |\(\d+ elements\)", msg)[0]
+
+
 def _copy_args(args):
     from .memory import SimArray
     out = []
@@ -225,7 +232,7 @@ def _differences(names, base, other, order0, order1) -> list[str]:
             idx = tuple(int(x) for x in np.unravel_index(i, data_a.shape))
             out.append(f"output '{name}': {diff.size} of {data_a.size} elements differ between "
                        f"order {order0} and order {order1} (first at {idx}: "
-                       f"{data_a.reshape(-1)[i]!r} vs {data_b.reshape(-1)[i]!r})")
+                       f"{data_a.reshape(-1)[i].item()!r} vs {data_b.reshape(-1)[i].item()!r})")
     return out
 
 
@@ -255,8 +262,8 @@ def find_races(kernel, grid, args, *, orders: int = 4, seed: int = 0, model="sm_
         rep.reports.append(r)
         rep.kernel = r.kernel
         for f in r.findings:
-            if f not in seen:
-                seen.add(f)
+            if _race_key(f) not in seen:
+                seen.add(_race_key(f))
                 rep.races.append(f + ("" if o is None else f" [order {o}]"))
         if first is None:
             first = run_args
