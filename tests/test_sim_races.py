@@ -83,3 +83,11 @@ def test_lockstep_race_finder_reports_double_writes_and_order_dependence():
 def test_find_races_checks_its_arguments():
     with pytest.raises(ValueError, match="orders"):
         sim.find_races(last_writer_wins, (1,), (np.zeros(8, np.int32), 8), orders=0)
+
+
+def test_launch_mode_and_order_are_checked():
+    args = (np.zeros(8, np.int32), 8)
+    with pytest.raises(ValueError, match=r"mode must be one of \('auto', 'lockstep', 'cooperative'\), got 'fast'"):
+        sim.launch(last_writer_wins, (1,), args, mode="fast")
+    with pytest.raises(TypeError, match="order must be None or an int seed, got 1.5"):
+        sim.launch(last_writer_wins, (1,), args, order=1.5)
