@@ -94,6 +94,7 @@ class Trace:
         self.n = 0
         self.chains = []
         self.ops = []          # (line index, opcode, dest, expression) of float ops
+        self.loads = 0
         self.counts = Counter()
 
     def fresh(self):
@@ -201,6 +202,13 @@ class Trace:
             for i in range(n):
                 self.regs[d + i] = (("frag", trans, v[1], v[2] + add, i) if v[0] == "addr"
                                     else self.fresh())
+            return
+        if kind in ("LDS", "LDG") and d is not None:
+            # a vector load: value i of load n (the row-sum probe reads its tile this way)
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            self.loads += 1
+            for i in range(width):
+                self.regs[d + i] = f"L{self.loads}[{i}]"
             return
         if kind == "HMMA" and d is not None:
             ra, rb, rc = _reg(a[1]), _reg(a[2]), _reg(a[3])
@@ -344,6 +352,8 @@ def analyse(arch, dtype, head_dim, causal, mask, tiles=None, show=2):
         "exponent_sample": [f"{op.split('.')[0]} {e}"[:300] for op, e in exps[:2]],
         "row_sum_lane": [e[:1500] for e in lane_sums[-show:]],
         "row_sum_quad": [e[:3000] for e in full[:show]],
+        "row_sum_matches_model": fragment_sum_matches(next((e for e in full if "?" not in e),
+                                                           None), arch),
         "row_sum_update": [e[:600] for e in updates[:2 * show]],
         "float_ops": {k: v for k, v in t.counts.items() if k.startswith(("F", "MUFU", "HMMA", "SHFL"))},
     }
@@ -373,6 +383,114 @@ def print_report(r, verbose=False):
         print("   quad row sum:", e)
     for e in r["row_sum_update"]:
         print("   row-sum update:", e)
+    print(f"   the traced row sum, evaluated, equals the model's fragment order bit for bit: "
+          f"{r['row_sum_matches_model']}")
+
+
+def compile_rowsum(arch, m=64, n=128):
+    """SASS of gpu/probes' rowsum_probe (ct.sum over the last axis of an [m, n] float32
+    tile loaded from global memory: the order the naive kernel's softmax sums in)."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
+                                       export_kernel)
+    from spak.gpu.probes import kernels as P
+    from sass_trace import nvdisasm
+
+    def arr(nd):
+        return ArrayConstraint(ct.float32, nd, index_dtype=ct.int32,
+                               stride_lower_bound_incl=0, alias_groups=(),
+                               may_alias_internally=False,
+                               stride_constant=(None,) * (nd - 1) + (1,),
+                               base_addr_divisible_by=16,
+                               stride_divisible_by=(4,) * (nd - 1) + (1,),
+                               shape_divisible_by=(1,) * (nd - 1) + (16,))
+    sig = KernelSignature([arr(3), arr(2), m, n], CallingConvention.cutile_python_v1())
+    buf = io.BytesIO()
+    export_kernel(P.rowsum_probe, [sig], buf, gpu_code=arch, output_format="cubin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        return subprocess.run([nvdisasm(), "-c", f.name], check=True, capture_output=True,
+                              text=True).stdout.splitlines()
+
+
+def analyse_rowsum(arch, m=64, n=128):
+    """The row sum of a loaded [m, n] float32 tile: each lane's 4 neighbours
+    (L<load>[0..3], one 16-byte vector load) and the butterflies that combine the lanes."""
+    lines = compile_rowsum(arch, m, n)
+    t = run_trace(lines)
+    # the last add of a row: the deepest shuffle nesting
+    adds = [e for _, op, _, e in t.ops if op.startswith("FADD")]
+    stages = max((len(set(re.findall(r"shfl(\d+)\(", e))) for e in adds), default=0)
+    final = [e for e in adds if len(set(re.findall(r"shfl(\d+)\(", e))) == stages]
+    e = min(final, key=len) if final else ""
+    inner = re.search(r"\(\((L\d+)\[(\d)\] \+ L\d+\[(\d)\]\) \+ \(L\d+\[(\d)\] \+ "
+                      r"L\d+\[(\d)\]\)\)", e)
+    chunk = (f"(x{inner.group(2)} + x{inner.group(3)}) + (x{inner.group(4)} + x{inner.group(5)})"
+             if inner else None)
+    if chunk is None:
+        inner = re.search(r"\((L\d+)\[(\d)\] \+ L\d+\[(\d)\]\)", e)
+        chunk = f"x{inner.group(2)} + x{inner.group(3)}" if inner else None
+    order = [int(x) for x in re.findall(r"shfl(\d+)\(", e)]
+    lane_order = []
+    for v in order:                       # the innermost (first applied) comes first
+        if v not in lane_order:
+            lane_order.append(v)
+    return {"arch": arch, "tile": [m, n], "sass_lines": len(lines),
+            "loads": sorted({m.group(3) for m in map(_INS.search, lines)
+                             if m and m.group(3).startswith(("LDS", "LDG"))}),
+            "fadd": sum(1 for _, op, _, _ in t.ops if op.startswith("FADD")),
+            "shfl": sum(1 for _, op, _, _ in t.ops if op.startswith("SHFL")),
+            "chunk_order": chunk, "butterfly_masks_first_to_last": lane_order,
+            "row_sum_matches_model": loaded_sum_matches(e, n, arch),
+            "row_expression": e[:2000]}
+
+
+def _evaluator(code: str, env: dict):
+    """The traced expression as a function of the lane t: shfl<m>(x) reads x at lane t ^ m."""
+    code = re.sub(r"shfl(\d+)\(", lambda m: f"_S({m.group(1)}, t, lambda t: ", code)
+    env = dict(env, _S=lambda m, t, fn: fn(t ^ m))
+    return eval("lambda t: " + code, env)      # noqa: S307 -- our own traced expression
+
+
+def fragment_sum_matches(expr, arch, rows=256, seed=0):
+    """Evaluate the traced quad row sum (lane 0's) in float32 on random rows and compare it
+    bit for bit with the model's order for mma tiles (sim.numerics.fragment_row_sum_f32):
+    None when there is no fully traced expression."""
+    import numpy as np
+    from spak.sim.numerics import fragment_row_sum_f32
+    if not expr:
+        return None
+    nb = 1 + max(int(b) for b in re.findall(r"p(\d+)\.", expr))
+    code = re.sub(r"p(\d+)\.(\d)'?", lambda m: f"_P[{int(m.group(1)) * 8} + 2 * t + "
+                  f"{m.group(2)}]", expr)
+    rng = np.random.default_rng(seed)
+    ok = True
+    for _ in range(rows):
+        x = (rng.standard_normal(nb * 8) * 2.0 ** rng.integers(-20, 20, nb * 8)).astype(np.float32)
+        got = np.float32(_evaluator(code, {"_P": x})(0))
+        want = fragment_row_sum_f32(x[None])[0]
+        ok &= bool(np.float32(got).view(np.uint32) == np.float32(want).view(np.uint32))
+    return ok
+
+
+def loaded_sum_matches(expr, n, arch, rows=256, seed=0):
+    """The same for the row sum of a loaded tile: lane t holds x[4t .. 4t+3] (the lane's
+    16-byte load, from the address code), compared with the model's tree_sum_f32."""
+    import numpy as np
+    from spak.sim.numerics import MODELS, tree_sum_f32
+    if not expr:
+        return None
+    code = re.sub(r"L\d+\[(\d)\]", lambda m: f"_X[4 * t + {m.group(1)}]", expr)
+    chunk = MODELS[arch].sum_chunk
+    rng = np.random.default_rng(seed)
+    ok = True
+    for _ in range(rows):
+        x = (rng.standard_normal(n) * 2.0 ** rng.integers(-20, 20, n)).astype(np.float32)
+        got = np.float32(_evaluator(code, {"_X": x})(0))
+        want = tree_sum_f32(x[None], 1, chunk)[0]
+        ok &= bool(got.view(np.uint32) == want.view(np.uint32))
+    return ok
 
 
 VARIANTS = [(arch, dt, d, c, m) for arch in ("sm_120", "sm_89")
@@ -383,7 +501,8 @@ VARIANTS = [(arch, dt, d, c, m) for arch in ("sm_120", "sm_89")
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", default="sm_120", choices=("sm_120", "sm_89", "sm_80", "sm_86"))
+    ap.add_argument("--arch", default="sm_120", choices=("sm_120", "sm_89", "sm_80", "sm_86",
+                                                         "sm_90"))
     ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
@@ -394,7 +513,24 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="the sm_120 and sm_89 variant matrix")
     ap.add_argument("--json", default=None, help="write the analyses here")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--rowsum", action="store_true",
+                    help="instead: the row-sum order of a loaded tile (gpu/probes rowsum_probe)"
+                         " for sm_90, sm_120 and sm_89")
     ns = ap.parse_args(argv)
+    if ns.rowsum:
+        res = [analyse_rowsum(a, 64, n) for a in ("sm_90", "sm_120", "sm_89")
+               for n in (128, 64, 32, 16)]
+        for r in res:
+            print(f"== {r['arch']} rowsum_probe {r['tile']} fp32: loads {r['loads']}, "
+                  f"{r['fadd']} FADD, {r['shfl']} SHFL; per lane {r['chunk_order']}, then "
+                  f"butterflies xor {r['butterfly_masks_first_to_last']}; evaluated, equal "
+                  f"to the {r['arch']} model's order: {r['row_sum_matches_model']}")
+            if ns.verbose:
+                print("   ", r["row_expression"])
+        if ns.json:
+            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.json).write_text(json.dumps(res, indent=1))
+        return 0
     tiles = None
     if ns.tiles:
         tm, tn = (int(x) for x in ns.tiles.lower().split("x"))

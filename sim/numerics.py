@@ -641,14 +641,21 @@ def _pack2(table: np.ndarray) -> np.ndarray:
 _SUM_CHUNK = 4
 
 
-def tree_sum_f32(x: np.ndarray, axis: int) -> np.ndarray:
-    """float32 sum along one axis in the sm_90 order (docs/numerics-sm90.md)."""
+def tree_sum_f32(x: np.ndarray, axis: int, chunk: str = "adjacent") -> np.ndarray:
+    """float32 sum along one axis in the sm_90 order (docs/numerics-sm90.md).
+
+    chunk: how a lane adds its 4 neighbours. "adjacent" (sm_90, sm_89):
+    (x0 + x1) + (x2 + x3); "halving" (sm_120, read from its SASS): (x0 + x2) + (x1 + x3)."""
     x = np.moveaxis(np.asarray(x, np.float32), axis, -1)
     n = x.shape[-1]
     c = min(_SUM_CHUNK, n)
     x = x.reshape(x.shape[:-1] + (n // c, c))
-    while x.shape[-1] > 1:                      # inside a chunk: adjacent pairs
-        x = x[..., 0::2] + x[..., 1::2]
+    while x.shape[-1] > 1:                      # inside a chunk
+        if chunk == "halving":
+            h = x.shape[-1] // 2
+            x = x[..., :h] + x[..., h:]
+        else:                                   # adjacent pairs
+            x = x[..., 0::2] + x[..., 1::2]
     x = x[..., 0]
     while x.shape[-1] > 1:                      # across chunks: halving tree
         h = x.shape[-1] // 2
@@ -707,6 +714,8 @@ class Sm90(Sm90v0):
 
     name = "sm_90"
     contract_fma = True
+    #: how a lane adds the 4 neighbours of a loaded row (tree_sum_f32's chunk)
+    sum_chunk = "adjacent"
     #: the tensor core's fused dot-add (MMA-Sim's L_max, F, e_zero): k-step length, fraction
     #: bits kept below the largest exponent, exponent of a zero term
     mma_kstep, mma_fbits, mma_ezero = 16, 25, -133
@@ -748,7 +757,7 @@ class Sm90(Sm90v0):
             if layout == MMA_LAYOUT and last and n % 8 == 0:
                 return fragment_row_sum_f32(x)
             if _pow2(n):
-                return tree_sum_f32(x, axes[0])
+                return tree_sum_f32(x, axes[0], self.sum_chunk)
         return super().sum(x, axis, dtype)
 
 
@@ -786,10 +795,15 @@ class Sm120(Sm90):
     * row sums of mma tiles: the same fragment order as sm_90 (per lane two chains over the
       n8 blocks in order, then butterflies xor 2, xor 1), read from the SASS; FFMA
       contraction of single-use products as on sm_90 (same SASS patterns).
-    * assumed, unverified: MUFU.EX2 / MUFU.RCP are sm_90's measured tables; float32 sums of
-      loaded tiles follow sm_90's order; fp32 -> fp16/bf16 is RNE."""
+    * row sums of loaded float32 tiles (the naive kernel's softmax): NOT sm_90's order. The
+      SASS of the row-sum probe (rows of 16..128) adds each lane's 4 neighbours as
+      (x0 + x2) + (x1 + x3) where sm_90 adds (x0 + x1) + (x2 + x3); the lanes then meet by
+      the same halving butterflies (xor 16, 8, 4, 2, 1).
+    * assumed, unverified: MUFU.EX2 / MUFU.RCP are sm_90's measured tables (a recorded
+      sim/data/sm120_mufu.npz replaces them); fp32 -> fp16/bf16 is RNE."""
 
     name = "sm_120"
+    sum_chunk = "halving"
 
     def __init__(self, threads: int | None = None, tables=None):
         super().__init__(threads, arch_tables(self.name) if tables is None else tables)
@@ -808,9 +822,10 @@ class Sm89(Sm90):
       second's accumulator), 24 fraction bits below the largest exponent kept (truncated),
       e_zero = -132, RZ to fp32. 100% bit-identical to MMA-Sim 2.1.1 on every input class
       (tests/test_mmasim_oracle.py).
-    * row sums of mma tiles and FFMA contraction: as sm_90, read from the SASS.
-    * assumed, unverified: MUFU.EX2 / MUFU.RCP are sm_90's measured tables; float32 sums of
-      loaded tiles follow sm_90's order; fp32 -> fp16/bf16 is RNE."""
+    * row sums (of mma tiles and of loaded tiles) and FFMA contraction: as sm_90, read from
+      the SASS (the row-sum probe: (x0 + x1) + (x2 + x3) per lane, then xor 16 ... 1).
+    * assumed, unverified: MUFU.EX2 / MUFU.RCP are sm_90's measured tables (a recorded
+      sim/data/sm89_mufu.npz replaces them); fp32 -> fp16/bf16 is RNE."""
 
     name = "sm_89"
     mma_kstep, mma_fbits, mma_ezero = 8, 24, -132
