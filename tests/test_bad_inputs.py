@@ -553,7 +553,7 @@ def test_report_reads_a_corrupt_results_file(tail, warns, tmp_path, capsys):
 def test_sweep_resume_and_store_update_read_a_corrupt_results_file(tail, warns, tmp_path):
     p = _corrupt_file(tmp_path, tail)
     rows = read_results(p, warn=lambda m: None)
-    done = sweep._done_keys(rows, GPU, "fused", retry_failed=False)
+    done = sweep.done_keys(rows, GPU, "fused", retry_failed=False)
     assert {k[2] for k in done} == {"64x64", "128x64", "-"}   # corrupt rows are not "done"
     lines = store.update_store([p], tmp_path / "store.json")
     assert any("128x64" in ln for ln in lines), lines        # the best good row wins
@@ -564,7 +564,7 @@ def test_sweep_resume_and_store_update_read_a_corrupt_results_file(tail, warns, 
 def test_sweep_resume_skips_a_result_row_without_its_keys():
     rows = [{**GOOD_ROWS[0]}, {k: v for k, v in GOOD_ROWS[1].items() if k != "case"},
             {**GOOD_ROWS[2], "config_id": None}]
-    assert sweep._done_keys(rows, GPU, "fused", retry_failed=False) == {
+    assert sweep.done_keys(rows, GPU, "fused", retry_failed=False) == {
         (GOOD_ROWS[0]["case"], "spak-fused", "64x64")}
 
 

@@ -121,7 +121,7 @@ def test_append_heals_a_torn_last_line(tmp_path):
 
 def _sweep_cli(args, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "spak.tune.sweep", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "spak", "sweep", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -110,7 +110,7 @@ def test_sweep_exclude_is_validated(real_doc):
 
 def test_exclude_reaches_the_sweeper_and_the_compile_command():
     from spak.device.compile_report import sweep_items
-    from spak.tune.sweep import expand_space, load_space
+    from spak.tune.space import expand_space, load_space
     space, _ = load_space(None, "sm_90")
     assert space["exclude"] == [{"TILE_M": 64, "num_ctas": 2}]
     configs = expand_space(space)

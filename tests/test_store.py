@@ -165,3 +165,88 @@ def test_store_cli(tmp_path):
                                   (1024, 1024), (1025, 2048), (16384, 16384)])
 def test_buckets(n, b):
     assert tuned.seq_bucket(n) == b
+
+
+# ------------------------------------------------------------------ kernel families
+
+def _toy_family(monkeypatch):
+    """A second family with its own tile keys (as a backward's), registered for the test."""
+    import types
+    from spak import families
+    from spak.families.fmha_fwd import FmhaForward
+
+    class Toy(FmhaForward):
+        name = "toy_bwd"
+        space_keys = ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N", "occupancy")
+        sweep_plan = ""
+        sweep_fallback = {}
+        sweep_peers = ()
+
+        def default_config(self, problem, arch="sm_90"):
+            return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+
+        def knob_keys(self):
+            return ()
+
+        def compile_unit(self, kernel, problem, config, config_id):
+            return None
+    mod = types.ModuleType("spak_test_toy_family")
+    mod.FAMILY = Toy()
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setitem(families.MODULES, "toy_bwd", mod.__name__)
+    return mod.FAMILY
+
+
+def test_version_1_files_read_as_version_2_and_the_forward_keeps_their_key():
+    from spak.families.fmha_fwd import FAMILY
+    assert tuned.V1_FIELDS == FAMILY.store_fields         # what a version-1 entry is filed under
+    raw = json.loads(tuned.DEFAULT_PATH.read_text())
+    assert raw["version"] == 1 and all("family" not in e for e in raw["configs"])
+    doc = tuned.load_store(tuned.DEFAULT_PATH)
+    assert doc["version"] == 2 and doc["configs"] == raw["configs"]
+    assert tuned.FORMAT_VERSION == 2 and tuned.READ_VERSIONS == (1, 2)
+
+
+def test_a_family_field_in_a_version_1_file_is_an_error(tmp_path):
+    e = tuned.make_entry(GPU, "fused", "fp16", 64, False, 4096, {"TILE_M": 64, "TILE_N": 64})
+    p = write(tmp_path / "s.json", [])
+    p.write_text(json.dumps({"version": 1, "configs": [{**e, "family": "fmha_fwd"}]}))
+    with pytest.raises(tuned.TunedStoreError, match="configs\\[0\\].family"):
+        tuned.load_store(p)
+    p.write_text(json.dumps({"version": 2, "configs": [{**e, "family": 7}]}))
+    with pytest.raises(tuned.TunedStoreError, match="configs\\[0\\].family"):
+        tuned.load_store(p)
+
+
+def test_families_are_filed_apart(tmp_path, monkeypatch):
+    toy = _toy_family(monkeypatch)
+    fwd = [row(4096, "64x64/o1", 300, occ=1), row(4096, "x", 250, default=True)]
+    bwd = [{**r, "family": "toy_bwd", "config_id": cid, "tflops": tf,
+            "config": {"DKV_TILE_M": 64, "DKV_TILE_N": n, "DQ_TILE_M": 64, "DQ_TILE_N": 64,
+                       "occupancy": None}}
+           for r, cid, tf, n in ((row(4096, "64x64", 1), "DKV64x128/DQ64x64", 150, 128),
+                                 (row(4096, "64x64", 1), "DKV64x64/DQ64x64", 120, 64))]
+    res = write(tmp_path / "r.jsonl", fwd + bwd)
+    path = tmp_path / "t.json"
+    lines = store.update_store([res], path)                 # the default family: fwd rows only
+    assert len(lines) == 2 and "toy_bwd" not in lines[0]
+    lines = store.update_store([res], path, family="toy_bwd")
+    assert lines[0].startswith(f"{GPU} toy_bwd fused") and "DKV64x128/DQ64x64" in lines[0]
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 2 and [e["family"] for e in doc["configs"]] == \
+        ["fmha_fwd", "toy_bwd"]
+    look = dict(path=path, strict=True)
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 4096, **look) == \
+        {"TILE_M": 64, "TILE_N": 64, "occupancy": 1}
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 4096, family="toy_bwd", **look) == \
+        {"DKV_TILE_M": 64, "DKV_TILE_N": 128, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+    key = toy.store_key(toy.parse("1x4x3000x64/fp16/noncausal"))
+    assert tuned.lookup_key("toy_bwd", GPU, "fused", key, **look)["DKV_TILE_N"] == 128
+    assert tuned.lookup_key("toy_bwd", GPU, "fused", {**key, "causal": True}, **look) is None
+    # a newer forward sweep replaces the forward's entry only
+    store.update_store([write(tmp_path / "r2.jsonl", [row(4096, "128x64/o2", 900, occ=2)])],
+                       path)
+    doc = json.loads(path.read_text())
+    assert len(doc["configs"]) == 2 and doc["configs"][1]["tiles"]["DKV_TILE_N"] == 128
+    assert "toy_bwd" not in store.format_store(doc) and "DKV64x128" in \
+        store.format_store(doc, "toy_bwd")

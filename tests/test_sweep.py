@@ -1,9 +1,9 @@
 """`spak sweep` on the CPU: the scheduler, isolation and resume, with a fake runner.
 
-The worker and the compile helpers are real subprocesses (spak/sweep_worker.py); only
-what they do per config is faked (sweep_worker.FakeRunner): planted compile errors,
+The worker and the compile helpers are real subprocesses (spak/tune/worker.py); only
+what they do per config is faked (spak.tune.worker.FakeRunner): planted compile errors,
 launch exceptions, wrong results, NaNs, hangs and crashes. The SIGKILL test kills a real
-`python -m spak.tune.sweep` in the middle and resumes it.
+`python -m spak sweep` in the middle and resumes it.
 """
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from spak.results.jsonl import ResultsWriter, read_results
-from spak.tune import sweep as sw
+from spak.tune import jobs as tj, runner as tr, space as ts, sweep as tsw
 from spak.attention.problems import select_cases
+from spak.families.fmha_fwd import FAMILY as FWD
 from spak.tune.worker import FakeRunner, tiny_dim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,12 +38,12 @@ def _sweep(tmp_path, fake: dict, *, shapes=SHAPES, space=None, timeout=5.0,
     """Run the engine in-process (the worker and helpers are subprocesses)."""
     out = out or tmp_path / "sweep.jsonl"
     specs = select_cases(shapes, dtype="fp16")
-    sp = sw.parse_space_args(space or SPACE)
-    configs = sw.expand_space(sp)
-    jobs = sw.plan_jobs("fused", specs, configs, arch="sm_90")
-    opts = sw.SweepOptions(timeout=timeout, budget_s=budget_s, compile_jobs=compile_jobs,
+    sp = ts.parse_space_args(space or SPACE)
+    configs = ts.expand_space(sp)
+    jobs = tj.plan_jobs("fused", specs, configs, arch="sm_90")
+    opts = tr.SweepOptions(timeout=timeout, budget_s=budget_s, compile_jobs=compile_jobs,
                            runner="fake:" + json.dumps(fake), quiet=True)
-    s = sw.Sweep(out, opts)
+    s = tr.Sweep(out, opts)
     hello = s.start_worker()
     writer = ResultsWriter(out)
     res = s.run(jobs, writer, {"gpu": hello["gpu"], "arch": hello["arch"], "commit": "abc"},
@@ -54,41 +55,41 @@ def _sweep(tmp_path, fake: dict, *, shapes=SHAPES, space=None, timeout=5.0,
 # ------------------------------------------------------------------ spaces and jobs
 
 def test_space_parsing_and_ids():
-    sp = sw.parse_space_args(["TILE_M=64,128 tile_n=64", "occupancy=1,auto", "NUM_CTAS=2"])
+    sp = ts.parse_space_args(["TILE_M=64,128 tile_n=64", "occupancy=1,auto", "NUM_CTAS=2"])
     assert sp == {"TILE_M": [64, 128], "TILE_N": [64], "occupancy": [1, None], "num_ctas": [2]}
-    ids = [sw.config_id(c) for c in sw.expand_space(sp)]
+    ids = [ts.config_id(c) for c in ts.expand_space(sp)]
     assert ids == ["64x64/o1/c2", "64x64/c2", "128x64/o1/c2", "128x64/c2"]
-    knobs = sw.parse_space_args(["LAT_K=0,4", "lat_v=2"])
+    knobs = ts.parse_space_args(["LAT_K=0,4", "lat_v=2"])
     assert knobs == {"LAT_K": [0, 4], "LAT_V": [2]}
-    assert sw.config_id({"TILE_M": 64, "TILE_N": 64, "occupancy": None, "num_ctas": None,
+    assert ts.config_id({"TILE_M": 64, "TILE_N": 64, "occupancy": None, "num_ctas": None,
                          "LAT_K": 4}) == "64x64/LAT_K=4"
     for bad, msg in [("TILE_M=96", "power of two"), ("LAT_K=11", r"\[0, 10\]"), ("occupancy=40", r"\[1, 32\]"),
                      ("num_ctas=3", "power of two"), ("TILE_Q=64", "unknown space key"),
                      ("TILE_M", "KEY=V1,V2"), ("TILE_N=auto", "cannot be auto")]:
         with pytest.raises(ValueError, match=msg):
-            sw.parse_space_args([bad])
+            ts.parse_space_args([bad])
 
 
 def test_space_from_plan_and_fallbacks(tmp_path):
-    space, src = sw.load_space(sw.DEFAULT_PLAN, "sm_90")
+    space, src = ts.load_space(ts.DEFAULT_PLAN, "sm_90")
     assert set(space) >= {"TILE_M", "TILE_N", "occupancy", "num_ctas"} and "[sweep.sm_90]" in src
-    space, src = sw.load_space(sw.DEFAULT_PLAN, "sm_100")          # the plan has no sm_100
-    assert space == sw.FALLBACK_SPACES["sm_100"] and "built-in" in src
+    space, src = ts.load_space(ts.DEFAULT_PLAN, "sm_100")          # the plan has no sm_100
+    assert space == FWD.sweep_fallback["sm_100"] and "built-in" in src
     plan = tmp_path / "p.toml"
     plan.write_text("[sweep.sm_90]\nTILE_M = [32]\n")                # not a valid plan
     with pytest.raises(ValueError, match="does not load"):
-        sw.load_space(plan, "sm_90")
-    space, src = sw.load_space(tmp_path / "missing.toml", "sm_90")
-    assert space == sw.FALLBACK_SPACES["sm_90"] and "built-in" in src
+        ts.load_space(plan, "sm_90")
+    space, src = ts.load_space(tmp_path / "missing.toml", "sm_90")
+    assert space == FWD.sweep_fallback["sm_90"] and "built-in" in src
     with pytest.raises(ValueError, match="no built-in sweep space for sm_75"):
-        sw.load_space(tmp_path / "missing.toml", "sm_75")
+        ts.load_space(tmp_path / "missing.toml", "sm_75")
 
 
 def test_jobs_order_and_compile_units():
     specs = select_cases(["standard"], dtype="fp16")
-    configs = sw.expand_space(sw.parse_space_args(["TILE_M=64,128", "TILE_N=64,128",
+    configs = ts.expand_space(ts.parse_space_args(["TILE_M=64,128", "TILE_N=64,128",
                                                    "occupancy=1,2", "num_ctas=1"]))
-    jobs = sw.plan_jobs("fused", specs, configs, arch="sm_90")
+    jobs = tj.plan_jobs("fused", specs, configs, arch="sm_90")
     assert len(jobs) == 24 * (2 + 1 + 8)
     assert [j.provider for j in jobs[:48]] == ["sdpa-cudnn", "sdpa-flash"] * 24
     assert {j.provider for j in jobs[48:72]} == {"spak-fused-default"}
@@ -107,8 +108,8 @@ def test_jobs_order_and_compile_units():
         if j.unit:   # small stand-ins, but the head dim (a compile-time Constant) is kept
             assert j.unit["q"][3] == j.unit["k"][3] == j.spec.D
             assert max(j.unit["q"][:3] + j.unit["k"][:3]) <= 31
-            assert sw._spec_bits(j.unit["q"], 2) == sw._spec_bits(j.spec.q_shape, 2)
-    est = sw.estimate_seconds(jobs, compile_jobs=8)
+            assert tj._spec_bits(j.unit["q"], 2) == tj._spec_bits(j.spec.q_shape, 2)
+    est = tj.estimate_seconds(jobs, compile_jobs=8)
     assert est["compile_units"] == 108 and 60 < est["total_s"] < 540
 
 
@@ -117,7 +118,7 @@ def test_tiny_dims_keep_the_launch_specialisation(a, b, d):
     shape = (a, 3, b, d)
     tiny = tuple(tiny_dim(x) for x in shape)
     assert max(tiny) <= 31
-    assert sw._spec_bits(shape, 2) == sw._spec_bits(tiny, 2)
+    assert tj._spec_bits(shape, 2) == tj._spec_bits(tiny, 2)
 
 
 # ------------------------------------------------------------------ isolation
@@ -172,7 +173,7 @@ def test_resume_skips_measured_configs(tmp_path):
     _, jobs, res1, _ = _sweep(tmp_path, {"delay_s": 0.2}, budget_s=3.0, out=out)
     assert res1["stopped"] == "budget" and 0 < res1["left"] < len(jobs)
     first = _results(out)
-    done = sw._done_keys(read_results(out), "Fake GPU", "fused", retry_failed=False)
+    done = tsw.done_keys(read_results(out), "Fake GPU", "fused", retry_failed=False)
     assert len(done) == len(first)
     _, _, res2, _ = _sweep(tmp_path, {"delay_s": 0.0, "launch_error": ["128x64/o2/c1"]},
                            done=done, out=out)
@@ -182,10 +183,10 @@ def test_resume_skips_measured_configs(tmp_path):
     assert sorted(r["case"] + r["provider"] + r["config_id"] for r in rows) == \
         sorted(j.case + j.provider + j.config_id for j in jobs)
     # --retry-failed: failures are not "done"
-    done2 = sw._done_keys(read_results(out), "Fake GPU", "fused", retry_failed=True)
+    done2 = tsw.done_keys(read_results(out), "Fake GPU", "fused", retry_failed=True)
     assert len(done2) == len(rows) - sum(r["status"] != "ok" for r in rows)
     # another GPU's rows never count as done
-    assert not sw._done_keys(read_results(out), "Other GPU", "fused", retry_failed=False)
+    assert not tsw.done_keys(read_results(out), "Other GPU", "fused", retry_failed=False)
 
 
 def test_results_writer_heals_a_torn_last_line(tmp_path):
@@ -203,7 +204,7 @@ def test_results_writer_heals_a_torn_last_line(tmp_path):
 
 def _cli(args, **kw):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "spak.tune.sweep", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "spak", "sweep", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, **kw)
 
 
@@ -225,7 +226,7 @@ def test_sigkill_mid_sweep_then_resume_loses_at_most_the_config_in_flight(tmp_pa
     args = ["--runner", "fake:" + json.dumps({"delay_s": 0.15}), "--shapes", *SHAPES,
             "--space", *SPACE, "--out", str(out), "--compile-jobs", "0"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "spak.tune.sweep", *args], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "spak", "sweep", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline and len(_results(out)) < 8:
@@ -335,7 +336,7 @@ def test_hinted_variant_compiles_for_sm90():
 
 @pytest.fixture
 def cpu_gpu_runner(monkeypatch):
-    """sweep_worker.GpuRunner on torch CPU tensors: torch.cuda's device queries and timing
+    """spak.tune.worker.GpuRunner on torch CPU tensors: torch.cuda's device queries and timing
     calls stubbed, and cuTile's launch replaced by the CPU simulator running the same
     kernel (so the runner's planning, hints, check, timing and error paths all execute)."""
     torch = pytest.importorskip("torch")
@@ -427,5 +428,66 @@ def test_gpu_runner_paths_on_the_simulator(cpu_gpu_runner):
         if s["status"] == "ok":
             assert s["rel_l2_vs_sdpa"] < 1e-3 and s["ms_median"] > 0
     # the compile helper's path: small stand-ins of one compile unit
-    unit = sw.compile_unit("fused", spec, job["config"], job["config_id"])
+    unit = tj.attention_compile_unit("fused", spec, job["config"], job["config_id"])
     assert r.compile(unit)["status"] == "ok"
+
+
+# ------------------------------------------------------------------ kernel families
+
+def test_rows_carry_the_family_and_resume_keeps_families_apart(tmp_path):
+    _, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.0}, shapes=SHAPES[:1])
+    rows = _results(out)
+    assert res["left"] == 0 and len(rows) == len(jobs) == 2 + 1 + 4
+    assert {(r["schema"], r["family"]) for r in rows} == {("spak.tune.sweep/2", "fmha_fwd")}
+    assert all(j.payload()["family"] == "fmha_fwd" for j in jobs)
+    assert rows[0]["flops"] == jobs[0].flops == jobs[0].spec.flops
+    done = tsw.done_keys(read_results(out), "Fake GPU", "fused", retry_failed=False)
+    assert len(done) == len(rows)
+    assert not tsw.done_keys(read_results(out), "Fake GPU", "fused", False, family="fmha_bwd")
+    # a schema-1 row (no family) is the forward's
+    old = [{**r, "schema": "spak.tune.sweep/1"} for r in rows]
+    for r in old:
+        del r["family"]
+    assert tsw.done_keys(old, "Fake GPU", "fused", retry_failed=False) == done
+
+
+def test_a_family_brings_its_space_keys_default_config_and_flops(monkeypatch):
+    from tests.test_store import _toy_family
+    toy = _toy_family(monkeypatch)
+    sp = ts.parse_space_args(["dkv_tile_m=64 DKV_TILE_N=64,128", "DQ_TILE_M=64",
+                              "DQ_TILE_N=32", "occupancy=2"], toy)
+    with pytest.raises(ValueError, match="unknown space key 'TILE_M'"):
+        ts.parse_space_args(["TILE_M=64"], toy)
+    with pytest.raises(ValueError, match="DQ_TILE_N: 48 is not a power of two"):
+        ts.parse_space_args(["DQ_TILE_N=48"], toy)
+    ids = [ts.config_id(c, toy.space_keys) for c in ts.expand_space(sp, toy)]
+    assert ids == ["DKV64x64/DQ64x32/o2", "DKV64x128/DQ64x32/o2"]
+    with pytest.raises(ValueError, match="toy_bwd names no plan file.*pass --space"):
+        ts.load_space(None, "sm_90", toy)
+    problems, skipped = tsw.select_problems(toy, ["1x2x128x64/fp16/causal",
+                                                  "1x2x128x64/fp16/mask"], dtype="fp16",
+                                            causal="both")
+    assert [p.case_id for p in problems] == ["1x2x128x64/fp16/causal"]
+    assert skipped[0][1].startswith("masked")
+    plan = tsw.plan_sweep(toy, "fused", problems, "sm_90",
+                          override=ts.parse_space_args(["DKV_TILE_M=64", "DKV_TILE_N=64",
+                                                        "DQ_TILE_M=64", "DQ_TILE_N=64"], toy))
+    assert plan.source.startswith("the command line with --space DKV_TILE_M=64")
+    default, swept = plan.jobs
+    assert default.config == {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64,
+                              "DQ_TILE_N": 64, "occupancy": None}
+    assert swept.config_id == "DKV64x64/DQ64x64" and swept.unit is None
+    assert default.payload()["family"] == "toy_bwd" and default.flops == toy.flops(problems[0])
+
+
+def test_cli_family_flag_lists_the_same_jobs(capsys, monkeypatch):
+    from spak.cli import main
+    from tests.test_store import _toy_family
+    monkeypatch.setattr(_toy_family(monkeypatch), "kernels", ("fused",))
+    argv = ["sweep", "--list", "--arch", "sm_90", "--shapes", SHAPES[0], "--space", *SPACE]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert main(argv + ["--family", "fmha_fwd"]) == 0
+    assert capsys.readouterr().out == plain and "7 jobs" in plain
+    assert main(["sweep", "--list", "--family", "toy_bwd", "--kernel", "naive"]) == 2
+    assert "toy_bwd has kernels fused, not 'naive'" in capsys.readouterr().err

@@ -25,7 +25,7 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
 #: Modules holding a `register(subparsers)`, in the order `spak --help` lists the commands.
 COMMAND_MODULES: list[str] = ["spak.cli.sim", "spak.device.gpurun", "spak.recipe.runner",
-                              "spak.cli.compile", "spak.tune.sweep", "spak.tune.choose",
+                              "spak.cli.compile", "spak.cli.sweep", "spak.cli.store",
                               "spak.report.build", "spak.device.calibrate"]
 
 

@@ -136,6 +136,36 @@ class KernelFamily:
         """Values of `store_fields` for a problem: what a tuned config is filed under."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------ the GPU sweep
+    #: The plan file (relative to the repository root) whose ``[sweep.<arch>]`` tables hold
+    #: this family's sweep space (lists of values per `space_keys` entry); "" for none
+    sweep_plan: str = ""
+    #: arch -> space ({key: [values]}) the sweeper uses where the plan has no [sweep.<arch>]
+    sweep_fallback: Mapping[str, Mapping[str, Sequence]] = {}
+    #: the peers `spak sweep` times once per shape beside the configs (among `peers`)
+    sweep_peers: tuple[str, ...] = ()
+
+    def knob_keys(self) -> tuple[str, ...]:
+        """Kernel Constant knobs a sweep config may carry besides `space_keys` (integers in
+        [0, 10], 0 = the compiler's choice). Default: none."""
+        return ()
+
+    def sweep_skip(self, problem) -> str | None:
+        """Why `spak sweep` cannot time this problem (a phrase for the user), or None."""
+        return None
+
+    def row_fields(self, problem) -> dict:
+        """The problem's own fields a sweep result row carries besides case, shape (the
+        problem's ``display``), dtype, causal and flops. Default: none."""
+        return {}
+
+    def compile_unit(self, kernel: str, problem, config: dict, config_id: str) -> dict | None:
+        """What the sweeper's compile helpers build ahead of the measuring worker for one
+        (kernel, problem, config): a JSON-able description of a small launch with the same
+        JIT specialisation, whose ``unit_id`` names the cubin (jobs with the same unit_id
+        share it); or None: the worker compiles on its first launch. Default: None."""
+        return None
+
     # ------------------------------------------------------------ the CPU loop
     def sim_case(self, kernel: str, problem, *, tiles=None, model: str = "sm_90",
                  seed: int = 0) -> dict:

@@ -90,9 +90,40 @@ class FmhaForward(KernelFamily):
         return default_tiles(problem.D, arch, problem.causal)
 
     def store_key(self, problem) -> dict:
-        from spak.tune.store import seq_bucket
+        from spak.core.buckets import seq_bucket
         return {"dtype": problem.dtype, "head_dim": problem.D, "causal": problem.causal,
                 "seq_bucket": seq_bucket(problem.Sk)}
+
+    # the GPU sweep
+    sweep_plan = "plans/fmha.toml"
+    #: where the plan has no [sweep.<arch>]: small enough for one 10-minute run
+    sweep_fallback = {
+        "sm_90": {"TILE_M": [64, 128], "TILE_N": [64, 128], "occupancy": [1, 2], "num_ctas": [1]},
+        "sm_100": {"TILE_M": [64, 128], "TILE_N": [64, 128], "occupancy": [1, 2],
+                   "num_ctas": [1]},
+        "sm_120": {"TILE_M": [64, 128], "TILE_N": [32, 64], "occupancy": [1, 2], "num_ctas": [1]},
+        "sm_89": {"TILE_M": [64, 128], "TILE_N": [32, 64], "occupancy": [1, 2], "num_ctas": [1]},
+    }
+    sweep_peers = ("sdpa-cudnn", "sdpa-flash")
+
+    def knob_keys(self) -> tuple[str, ...]:
+        try:
+            from spak.gpu.plan import LATENCY_KEYS
+        except ImportError:
+            return ()
+        return tuple(LATENCY_KEYS)
+
+    def sweep_skip(self, problem):
+        return "masked (the sweep times unmasked attention)" if problem.mask is not None \
+            else None
+
+    def row_fields(self, problem) -> dict:
+        return {"B": problem.B, "Hq": problem.Hq, "Hkv": problem.Hkv, "Sq": problem.Sq,
+                "Sk": problem.Sk, "D": problem.D}
+
+    def compile_unit(self, kernel, problem, config, config_id):
+        from spak.tune.jobs import attention_compile_unit
+        return attention_compile_unit(kernel, problem, config, config_id)
 
 
 FAMILY = FmhaForward()

@@ -1,0 +1,149 @@
+"""Compile helpers: child processes that build the coming variants' cubins ahead of the
+measuring worker(s), in parallel, so the GPU is not idle while tileiras runs.
+
+Each helper launches one compile unit (a family's ``compile_unit``: tiny arrays with the
+real launch's JIT specialisation) at a time; the cubin lands in cuTile's disk cache, where
+the worker's own first launch finds it. A unit's outcome is kept in ``unit_state``:
+"ok", "compile_error" or "timeout" (recorded for its jobs without running them), or
+"fallback" (a helper died on it: the worker compiles it itself, isolated there). After
+three helper deaths, or a helper that cannot start, the helpers give up and the worker
+compiles everything left.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from spak.tune.pool import WorkerProcess
+
+__all__ = ["CompileAhead"]
+
+
+class CompileAhead:
+    """Keeps up to ``jobs`` compile helpers busy with the units not yet built.
+
+    spawn: () -> a fresh helper (a WorkerProcess of role "compile"); timeout: seconds one
+    unit may take before its helper is killed; echo: where notices go."""
+
+    def __init__(self, jobs: int, spawn: Callable[[], WorkerProcess], timeout: float,
+                 echo=print):
+        self.jobs = jobs
+        self.spawn = spawn
+        self.timeout = timeout
+        self.echo = echo
+        self.helpers: list[WorkerProcess] = []
+        self.queue: dict = {}               # helper -> list of units (first = in flight)
+        self.since: dict = {}               # helper -> monotonic time of its last progress
+        self.unit_state: dict = {}          # unit_id -> reply dict
+        self.units_todo: list[dict] = []
+        self.failures = 0
+
+    def start(self, units: list[dict]) -> None:
+        seen, todo = set(), []
+        for u in units:
+            if u and u["unit_id"] not in seen and u["unit_id"] not in self.unit_state:
+                seen.add(u["unit_id"])
+                todo.append(u)
+        self.units_todo = todo
+        for _ in range(min(self.jobs, len(todo))):
+            self._spawn_helper()
+
+    def ready(self, unit) -> bool:
+        """Whether a job of this unit may start (built, failed, or nobody builds it)."""
+        if unit is None or self.jobs <= 0 and not self.helpers:
+            return True
+        return unit["unit_id"] in self.unit_state
+
+    def failure(self, unit):
+        """The recorded outcome of a unit that failed to build, or None."""
+        if unit is None:
+            return None
+        st = self.unit_state.get(unit["unit_id"])
+        return st if st and st.get("status") in ("compile_error", "timeout") else None
+
+    def _spawn_helper(self) -> None:
+        if not self.units_todo:
+            return
+        h = self.spawn()
+        self.helpers.append(h)
+        self.queue[h] = []
+        self._feed(h)
+
+    def _feed(self, h: WorkerProcess) -> None:
+        if self.units_todo:
+            u = self.units_todo.pop(0)
+            self.queue[h] = [u]
+            self.since[h] = time.monotonic()
+            if not h.send({"op": "compile", "unit": u}):
+                h.eof = True
+        else:
+            self.queue[h] = []
+            h.send({"op": "exit"})
+
+    def _drop(self, h: WorkerProcess) -> None:
+        h.kill()
+        self.helpers.remove(h)
+        self.queue.pop(h, None)
+        self.since.pop(h, None)
+
+    def _retire(self, h: WorkerProcess, reason: str) -> None:
+        pending = self.queue.get(h, [])
+        self._drop(h)
+        for u in pending:
+            if reason == "timeout":
+                self.unit_state[u["unit_id"]] = {
+                    "status": "timeout",
+                    "error": f"compiling this variant took over {self.timeout:.0f} s "
+                             f"(--timeout; compile helper killed)"}
+            else:   # a helper crash: let the worker try the unit itself (isolated there)
+                self.unit_state[u["unit_id"]] = {"status": "fallback", "error": reason}
+        if reason != "timeout":
+            self.failures += 1
+            if self.failures >= 3 and self.jobs > 0:
+                self.echo(f"compile helpers keep failing ({reason}); the worker compiles "
+                          f"the remaining variants itself")
+                self.jobs = 0
+        if self.units_todo and self.jobs > 0:
+            self._spawn_helper()
+
+    def _take_replies(self, h: WorkerProcess) -> None:
+        while (msg := h.pop()) is not None:
+            if "compiled" in msg:
+                r = msg["compiled"]
+                self.unit_state[r["unit_id"]] = r
+                self.queue[h] = [u for u in self.queue[h] if u["unit_id"] != r["unit_id"]]
+                if r.get("fatal"):
+                    h.eof = True
+                else:
+                    self._feed(h)
+            elif "fatal_setup" in msg:
+                self.echo(f"compile helper could not start: {msg['fatal_setup']}; the "
+                          f"worker compiles instead")
+                self.jobs = 0
+                h.eof = True
+
+    def service(self) -> None:
+        """Take the helpers' replies, replace dead or hung helpers, hand out units."""
+        now = time.monotonic()
+        for h in list(self.helpers):
+            self._take_replies(h)
+            if h.eof or h.proc.poll() is not None:
+                if self.queue.get(h, []):
+                    code = h.exit_code(0.5)
+                    self._retire(h, f"compile helper exited (status {code})")
+                else:
+                    self._drop(h)
+                    if self.units_todo and self.jobs > 0:
+                        self._spawn_helper()
+                continue
+            if self.queue.get(h) and now - self.since.get(h, now) > self.timeout:
+                self._retire(h, "timeout")
+        if not self.helpers and self.units_todo and self.jobs == 0:
+            for u in self.units_todo:       # helpers gave up: the worker compiles these
+                self.unit_state.setdefault(u["unit_id"], {"status": "fallback"})
+            self.units_todo = []
+
+    def shutdown(self) -> None:
+        for h in list(self.helpers):
+            h.kill()
+        self.helpers = []
