@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import cuda.tile as ct
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ from spak.core.metrics import rel_l2, round_to_bf16
 from spak.cpu.simrun import kernel_mask, simulate_fmha
 from spak.cpu.simrun_bwd import simulate_fmha_bwd
 from spak.families import fmha_bwd as fam_mod
+from spak.gpu.kernels.fused import _log2_rowsum
 from spak.gpu.plan import INT32_MAX, plan_fmha
 from spak.gpu.plan_bwd import (BWD_LAUNCH_NAMES, BWD_TILE_KEYS, default_bwd_tiles,
                                plan_fmha_bwd)
@@ -138,6 +140,44 @@ def test_forward_lse_and_unchanged_output(text, scale):
     assert (g["lse"][dead] == np.inf).all() and np.isfinite(g["lse"][~dead]).all()
     assert np.abs(g["lse"][~dead] - ref[~dead]).max() < 1e-5 * max(1.0, np.abs(ref[~dead]).max())
     assert dead.any() == (spec.Sq > spec.Sk or spec.mask is not None)
+
+
+def _libdevice_log2f(x):
+    """float32 log2 as the sm_90 code of ct.log2 computes it (libdevice's log2f, read from
+    the SASS), in numpy with exact FMAs: the reference for fused._log2_rowsum."""
+    from spak.sim.fma import fma_f32
+    f32 = np.float32
+    b = np.asarray(x, np.float32).view(np.int32)
+    e = (b - np.int32(0x3F3504F3)) & np.int32(-0x800000)
+    f = (b - e).view(np.float32) - f32(1)
+    r = fma_f32(f, np.uint32(0x3DC6B27F).view(np.float32), f32(-0.16845393180847168))
+    for c in (0.17168870568275452, -0.17900948226451874, 0.20512372255325317,
+              -0.24046532809734344, 0.28857114911079407, -0.3606741726398468,
+              0.4808982014656067, -0.7213475108146667):
+        r = fma_f32(f, r, f32(c))
+    r = fma_f32(f, f32(1.4426950216293335), f * (f * r))
+    return e.astype(np.float32) * f32(2.0 ** -23) + r
+
+
+@ct.kernel
+def _log2_kernel(X, Y):
+    ct.store(Y, index=(ct.bid(0),), tile=_log2_rowsum(ct.load(X, index=(ct.bid(0),),
+                                                               shape=(1024,))))
+
+
+def test_lse_log2_is_libdevice_log2f_bit_for_bit():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(0.7, 2.0, 2048), np.exp2(rng.uniform(0, 24, 2048)),
+                        [1.0, 0.70710677, 0.7071068, 1.4142135, 2.0 ** 24] + [3.0] * 1019]
+                       ).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    sim.launch(_log2_kernel, (len(x) // 1024,), (x, y))
+    want = _libdevice_log2f(x)
+    assert np.array_equal(y.view(np.int32), want.view(np.int32))
+    exact = np.log2(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(y.view(np.int32).astype(np.int64) - exact.view(np.int32))
+    assert ulps.max() <= 1 and 0.01 < np.mean(ulps != 0) < 0.2   # not ct.log2's model
+    assert y[4096] == 0.0
 
 
 def test_plan_fmha_lse_checks():

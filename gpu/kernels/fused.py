@@ -204,9 +204,44 @@ def _store_lse(Lse, m_i, l_i, has_keys, c, b, h, bid_m, TILE_M, RAW_MAX):
     if RAW_MAX:
         m_i = ct.maximum(m_i * c, -FLOAT32_MAX)
     l_safe = ct.where(has_keys, l_i, 1.0)
-    lse2 = m_i + ct.log2(l_safe)                           # log2 units
+    lse2 = m_i + _log2_rowsum(l_safe)                      # log2 units
     lse = ct.where(has_keys, lse2 * LN2, POS_INF)          # [TM, 1]
     ct.store(Lse, index=(b, h, bid_m), tile=lse.reshape((1, 1, TILE_M)))  # rows past Sq dropped
+
+
+# log2(1 + f) = f * (LOG2_P[-1] + f * (... + f * LOG2_P[0])): the coefficients of the
+# float32 log2 the compiler emits for ct.log2 (libdevice's log2f, read from the sm_90 SASS).
+LOG2_P = (0.09702014178037643, -0.16845393180847168, 0.17168870568275452,
+          -0.17900948226451874, 0.20512372255325317, -0.24046532809734344,
+          0.28857114911079407, -0.3606741726398468, 0.4808982014656067,
+          -0.7213475108146667)
+LOG2E_F32 = 1.4426950216293335      # log2(e) rounded to float32
+
+
+def _log2_rowsum(x):
+    """log2 of a positive, normal float32 tile (the row sums: >= ~0.7, dead rows 1).
+
+    The same operations the compiler emits for ct.log2 (libdevice's log2f, <= 1 ulp from
+    the exact value), written out because the simulator models ct.log2 as correctly
+    rounded: they differ in ~8% of values, which would show as LSE and gradient bits
+    that disagree with the GPU. Written with integer ops and FFMAs the simulator runs bit
+    for bit: x = 2^k * m with m in [sqrt(1/2), sqrt(2)), log2(x) = k + log2(1 + f), f = m - 1.
+    No subnormal, zero, inf or NaN handling: the row sums never are (a NaN sum gives a
+    meaningless LSE, for a row whose output is NaN anyway)."""
+    bits = ct.bitcast(x, ct.int32)
+    e = (bits - 0x3F3504F3) & -8388608             # 2^23 * k, k = round-ish(log2(x))
+    f = ct.bitcast(bits - e, ct.float32) - 1.0      # m - 1 in [-0.293, 0.415)
+    r = f * LOG2_P[0] + LOG2_P[1]                   # Horner: one FFMA per coefficient
+    r = r * f + LOG2_P[2]
+    r = r * f + LOG2_P[3]
+    r = r * f + LOG2_P[4]
+    r = r * f + LOG2_P[5]
+    r = r * f + LOG2_P[6]
+    r = r * f + LOG2_P[7]
+    r = r * f + LOG2_P[8]
+    r = r * f + LOG2_P[9]
+    r = f * (f * r)
+    return e.astype(ct.float32) * (2.0 ** -23) + (f * LOG2E_F32 + r)
 
 
 def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
