@@ -49,6 +49,10 @@ class FmhaBackward(KernelFamily):
     peers = ("sdpa-cudnn", "sdpa-flash")
     entry_point = "spak.fmha"          # through autograd: out.backward()
     shape_sets = P.SHAPE_SETS
+    example_shape = "1x8x128x64"
+    metric_definition = ("TFLOPS = 2.5 x 4·B·Hq·Sq·Sk·D / time (the forward's FLOPs x 2.5; "
+                         "halved for causal with Sq = Sk)")
+    compared_peers = ("sdpa-cudnn", "sdpa-flash")
 
     # problems: the forward's grammar and sets
     def grammar_help(self) -> str:
@@ -150,7 +154,7 @@ class FmhaBackward(KernelFamily):
         return default_bwd_tiles(problem.D, arch, problem.causal)
 
     def store_key(self, problem) -> dict:
-        from spak.tune.store import seq_bucket
+        from spak.core.buckets import seq_bucket
         return {"dtype": problem.dtype, "head_dim": problem.D, "causal": problem.causal,
                 "seq_bucket": seq_bucket(problem.Sk)}
 
