@@ -55,6 +55,13 @@ def timing_grid(quick: bool) -> list[dict]:
             for page in (0, 16):
                 cases.append(dict(B=8, Hq=32, Hkv=hkv, Sq=sq, Sk=32768, D=128, page=page,
                                   dtype="bf16"))
+    # a few knobs beside the defaults (keys per step, split counts)
+    extra = {"tn64": {"tiles": {"TILE_N": 64}}, "splits8": {"num_splits": 8},
+             "splits32": {"num_splits": 32}, "splits64": {"num_splits": 64}}
+    for B in (1, 8):
+        for page in (0, 16):
+            cases.append(dict(B=B, Hq=32, Hkv=8, Sq=1, Sk=32768, D=128, page=page,
+                              dtype="fp16", extra=extra))
     return cases
 
 
@@ -63,7 +70,12 @@ def check_problems(quick: bool):
     items = ["default", "gates"] + ([] if quick else [
         "1x32:8x8192x128/page16/lens=8000", "4x32:8x4:4096x128/causal/page256/lens=4096:3000:17:1",
         "2x32x2048x128/lens=2048:1500", "3x32:1x4:2000x128/causal/lens=2000:1:999",
-        "8x32:8x1024x128/page16"])
+        "8x32:8x1024x128/page16",
+        # the case that faulted (misaligned address) in the first GPU run, and neighbours
+        "1x32:4x600x128/page64/splits=5", "1x32:4x600x128/page64/splits=4",
+        "1x32:4x600x128/page64/splits=1", "1x32:4x600x128/splits=5",
+        "2x32:4x600x128/page64/splits=5", "1x32:1x2048x128", "1x32:1x4:2048x128/causal/page16",
+        "1x32x4096x128/page256", "2x32:8x4:3000x128/causal/page256/lens=3000:2999"])
     return FAMILY.select(items, dtype="all", causal="both")
 
 
@@ -116,7 +128,7 @@ def _warm_launch(kind, p):
         k, bt = torch.empty(p["B"], p["Sk"], p["Hkv"], p["D"], device=dev, dtype=dt), None
     lens = torch.zeros(p["B"], dtype=torch.int32, device=dev)
     spak.fmha_kvcache(q, k, k, lens, block_table=bt, is_causal=p["causal"],
-                      num_splits=p.get("splits"), tiles=p.get("tiles"))
+                      num_splits=p.get("splits") or p.get("num_splits"), tiles=p.get("tiles"))
     torch.cuda.synchronize()
     del q, k
     torch.cuda.empty_cache()
@@ -127,6 +139,8 @@ def warm_up(problems, grid, jobs, log):
                             dtype=p.dtype, causal=p.causal, splits=p.splits))
              for p in problems]
     specs += [("time", dict(c, causal=c["Sq"] > 1)) for c in grid]
+    specs += [("time", dict(c, causal=c["Sq"] > 1, **cfg)) for c in grid
+              for cfg in (c.get("extra") or {}).values()]
     t0 = time.perf_counter()
     errors = 0
     import multiprocessing as mp
@@ -241,14 +255,14 @@ def _graph_time(fn_list, reps=20):
 def copy_ceiling(emit, log):
     import torch
     n = 2 * 2**30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    a.random_(0, 255)
-    ms, _ = _graph_time([lambda: b.copy_(a)], reps=10)
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    src.random_(0, 255)
+    ms, _ = _graph_time([lambda: dst.copy_(src)], reps=10)
     gbs = 2 * n / ms / 1e6
     emit(dict(kind="copy", bytes=2 * n, ms=ms, gbs=gbs))
     log(f"device-to-device copy of 2 GiB: {ms:.3f} ms, {gbs:.0f} GB/s (read + write)")
-    del a, b
+    del src, dst
     return gbs
 
 
@@ -356,7 +370,60 @@ def summary(rows, copy_gbs) -> str:
             g, sd = r["gbs"], sdpa.get(_shape_key(r), float("nan"))
             lines.append(f"| {r['label']} | {g['spak']:.0f} | {g['spak'] / copy_gbs:.2f} | "
                          f"{sd:.0f} | {sd / copy_gbs:.2f} | {g['spak'] / sd:.2f} |")
+    knobs = [r for r in times if len(r["gbs"]) > 4 or r.get("extra")]
+    if knobs:
+        names = [k for k in knobs[0]["gbs"] if not k.startswith("sdpa")]
+        lines += ["", "knobs (GB/s): " + ", ".join(names), "",
+                  "| shape | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        lines += [f"| {r['label']} | " + " | ".join(f"{r['gbs'].get(n, float('nan')):.0f}"
+                                                  for n in names) + " |" for r in knobs]
     return "\n".join(lines)
+
+
+def _task(task):
+    """One task in the worker process: (rows, log lines)."""
+    import torch
+    rows, logs = [], []
+    kind = task[0]
+    if kind == "check":
+        from spak.families.fmha_decode import FAMILY
+        dev = torch.device("cuda")
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        _check_one(FAMILY.parse(task[1]), dev, sms, rows.append, logs.append)
+    elif kind == "graph":
+        graph_and_compile(rows.append, logs.append)
+    elif kind == "copy":
+        copy_ceiling(rows.append, logs.append)
+    else:
+        time_case(task[1], rows.append, logs.append, extra=task[1].get("extra"))
+    torch.cuda.synchronize()
+    return rows, logs
+
+
+def run_tasks(tasks, emit, log):
+    """Every task in one worker process; a CUDA fault poisons a process's context, so the
+    worker is replaced after one and the run goes on with the next task."""
+    import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
+    ex = None
+    for task in tasks:
+        if ex is None:
+            ex = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+        try:
+            rows, logs = ex.submit(_task, task).result(timeout=300)
+            for r in rows:
+                emit(r)
+            for line in logs:
+                log(line)
+        except Exception as e:  # noqa: BLE001 -- recorded, the run goes on
+            msg = f"{type(e).__name__}: {str(e)[:400]}"
+            emit(dict(kind="error", task=str(task)[:300], error=msg))
+            log(f"ERROR in {str(task)[:120]}: {msg}")
+            if isinstance(e, BrokenProcessPool) or "CUDA" in msg or "Accelerator" in msg:
+                ex.shutdown(wait=False, cancel_futures=True)
+                ex = None
+    if ex is not None:
+        ex.shutdown()
 
 
 def _guarded(phase, emit, log):
@@ -406,12 +473,12 @@ def main(argv=None) -> int:
     grid = timing_grid(args.quick)
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log)
-    for phase in ((lambda: correctness(problems, emit, log)) if problems else None,
-                  (lambda: graph_and_compile(emit, log)) if problems else None):
-        _guarded(phase, emit, log)
-    copy_gbs = copy_ceiling(emit, log)
-    for c in grid:
-        _guarded(lambda c=c: time_case(c, emit, log), emit, log)
+    tasks = [("check", p.case_id) for p in problems]
+    tasks += [("graph",)] if problems else []
+    tasks += [("copy",)] + [("time", c) for c in grid]
+    run_tasks(tasks, emit, log)
+    copies = [r["gbs"] for r in rows if r["kind"] == "copy"]
+    copy_gbs = copies[-1] if copies else float("nan")
     text = summary(rows, copy_gbs)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text + "\n")

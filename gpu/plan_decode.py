@@ -24,7 +24,6 @@ caller's ``num_splits``; the row tiling (GQA packing) from ``row_tiles``.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 from .kernels import decode as _decode
@@ -127,7 +126,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
                      scale, d_t, dv_t, sq_t, gt, tn, page, True, causal), "decode.split"),
             _launch(_decode.decode_combine_kernel, (tiles_qh, B, 1),
-                    (acc, mx, lx, out, dv_t, sq_t, gt, 1 << (splits - 1).bit_length()),
+                    (acc, mx, lx, out, dv_t, sq_t, gt),
                     "decode.combine")]
 
 

@@ -63,9 +63,12 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                             Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
                             PAGE, CAUSAL, Q.dtype)
     if SPLIT:
-        # partial state of this split; rows past Sq fall outside the arrays and are dropped
-        ct.store(Mx, index=(b, split, qt, t), tile=m_i.reshape((1, 1, SQ_T, GT)))
-        ct.store(Lx, index=(b, split, qt, t), tile=l_i.reshape((1, 1, SQ_T, GT)))
+        # partial state of this split; rows past Sq fall outside the arrays and are dropped.
+        # m and l go element by element (scatter): a [SQ_T, GT] box of float32 is too
+        # narrow a tile for the bulk-copy path, and these are a few bytes per row
+        q_idx, h_idx = _row_index(qt, t, SQ_T, GT)
+        ct.scatter(Mx, (b, split, q_idx, h_idx), m_i.reshape((SQ_T * GT,)))
+        ct.scatter(Lx, (b, split, q_idx, h_idx), l_i.reshape((SQ_T * GT,)))
         ct.store(Acc, index=(b * ct.num_blocks(1) + split, qt, t, 0),
                  tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
     else:
@@ -74,32 +77,31 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
 
 @ct.kernel
 def decode_combine_kernel(Acc, Mx, Lx, Out,
-                          HEAD_DIM_V: ConstInt, SQ_T: ConstInt, GT: ConstInt,
-                          SPLITS_P: ConstInt):   # power of two >= the split count
+                          HEAD_DIM_V: ConstInt, SQ_T: ConstInt, GT: ConstInt):
     """Merge the splits' partial states of one (head tile, query tile, batch) block.
 
-    Grid (tiles, B, 1), tiles as in decode_split_kernel. The global max comes first (one
-    load of every split's m), then the splits are added in index order, each weighted by
-    exp2(m_s - m): the same algebra as the online softmax, in a fixed order."""
+    Grid (tiles, B, 1), tiles as in decode_split_kernel. The global max comes first (a
+    pass over every split's m), then the splits are added in index order, each weighted
+    by exp2(m_s - m): the same algebra as the online softmax, in a fixed order."""
     num_heads = Out.shape[2]
     t = ct.bid(0) % (num_heads // GT)
     qt = ct.bid(0) // (num_heads // GT)
     b = ct.bid(1)
     splits = Mx.shape[1]
     ROWS = SQ_T * GT
-    # splits past the count and rows past Sq pad as -inf: weight 0, never NaN
-    m_all = ct.load(Mx, index=(b, 0, qt, t), shape=(1, SPLITS_P, SQ_T, GT),
-                    padding_mode=ct.PaddingMode.NEG_INF).reshape((SPLITS_P, ROWS))
-    m = ct.max(m_all, axis=0, keepdims=True).reshape((ROWS, 1))
+    q_idx, h_idx = _row_index(qt, t, SQ_T, GT)
+    m = ct.full((ROWS,), NEG_INF, dtype=ct.float32)
+    for s in range(splits):
+        # rows past Sq read as -inf: weight 0, never NaN
+        m = ct.maximum(m, ct.gather(Mx, (b, s, q_idx, h_idx), padding_value=NEG_INF))
+    m = m.reshape((ROWS, 1))
     # m == -inf: no split saw a key for this row; subtract 0 so the weights are exp2(-inf)
     m_safe = ct.where(m == NEG_INF, 0.0, m)
     l_i = ct.full((ROWS, 1), 0.0, dtype=ct.float32)
     acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
     for s in range(splits):
-        m_s = ct.load(Mx, index=(b, s, qt, t), shape=(1, 1, SQ_T, GT),
-                      padding_mode=ct.PaddingMode.NEG_INF).reshape((ROWS, 1))
-        l_s = ct.load(Lx, index=(b, s, qt, t), shape=(1, 1, SQ_T, GT),
-                      padding_mode=ct.PaddingMode.ZERO).reshape((ROWS, 1))
+        m_s = ct.gather(Mx, (b, s, q_idx, h_idx), padding_value=NEG_INF).reshape((ROWS, 1))
+        l_s = ct.gather(Lx, (b, s, q_idx, h_idx), padding_value=0.0).reshape((ROWS, 1))
         a_s = ct.load(Acc, index=(b * splits + s, qt, t, 0), shape=(1, SQ_T, GT, HEAD_DIM_V),
                       padding_mode=ct.PaddingMode.ZERO).reshape((ROWS, HEAD_DIM_V))
         w = ct.exp2(m_s - m_safe, flush_to_zero=True)
@@ -121,6 +123,12 @@ def _tile_coords(bid, Q, K, GT):
     t = bid % num_tiles
     group = Q.shape[2] // K.shape[2]
     return t, bid // num_tiles, (t * GT) // group
+
+
+def _row_index(qt, t, SQ_T, GT):
+    """(query index, head index) of each of the block's SQ_T * GT rows, [ROWS] each."""
+    r = ct.arange(SQ_T * GT, dtype=ct.int32)
+    return qt * SQ_T + r // GT, t * GT + r % GT
 
 
 def _seq_len(Lens, BT, K, b, PAGE):
