@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spak.device.gpurun import time_alternating  # noqa: E402
+from spak.device.timing import time_alternating  # noqa: E402
 from spak.attention.problems import select_cases  # noqa: E402
 
 

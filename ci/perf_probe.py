@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spak.device.gpurun import matmul_ceiling, time_events  # noqa: E402
+from spak.device.timing import matmul_ceiling, time_events  # noqa: E402
 from spak.attention.problems import ProblemSpec  # noqa: E402
 
 SHAPES = [(64, 1024), (64, 8192), (128, 1024), (128, 8192)]     # (D, S)

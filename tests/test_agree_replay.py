@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spak.device.gpurun import _dump_slice
+from spak.device.agreement import dump_slice
 from spak.cpu.simrun import simulate_fmha
 
 _spec = importlib.util.spec_from_file_location(
@@ -21,8 +21,8 @@ def test_a_dumped_slice_replays_and_a_flipped_bit_is_found(tmp_path):
     gpu = out.copy()
     gpu.view(np.uint16)[0, 0, 3, 5] ^= 1                    # one element one ulp off
     dump = {}
-    _dump_slice(dump, "fused|1x1x40x64/causal/fp16", q, k, v, None, gpu, 0.125, True,
-                "fp16", tiles)
+    dump_slice(dump, "fused|1x1x40x64/causal/fp16", {"q": q, "k": k, "v": v, "gpu": gpu},
+               {"scale": 0.125, "causal": True, "dtype": "fp16", "tiles": tiles})
     path = tmp_path / "dump.npz"
     np.savez_compressed(path, **{k: v for k, v in dump.items() if not k.startswith("_")})
     items = agree_replay.load(path)

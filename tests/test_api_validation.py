@@ -294,7 +294,7 @@ def test_explain_wraps_compile_errors():
 # ------------------------------------------------------------------ spak run helpers (CPU)
 
 def test_sim_slice_is_tile_aligned_and_bounded():
-    from spak.device.gpurun import sim_slice
+    from spak.device.attention import attention_slice as sim_slice
     s = sim_slice(1, 32, 32, 16384, 16384, 64, 64, heads=1, work=1 << 29)
     assert s["r0"] % 64 == 0 and s["rows"] * 16384 * 64 <= (1 << 29) + 64 * 16384 * 64
     assert s["hq"] == 1 and s["hkv"] == 1 and not s["full"]
@@ -312,7 +312,8 @@ def test_sim_slice_reproduces_the_full_problem_bit_for_bit(case):
     """The simulator on spak run's slice gives the same bits as on the whole problem: so
     comparing the GPU's slice with the simulated slice is a fair test."""
     from types import SimpleNamespace
-    from spak.device.gpurun import _simulate
+    from spak.device.agreement import agreement
+    from spak.families.fmha_fwd import FAMILY
     from spak.attention.problems import make_inputs, parse_spec
     from spak.cpu.simrun import kernel_mask, simulate_fmha
     spec = parse_spec(case)
@@ -323,8 +324,9 @@ def test_sim_slice_reproduces_the_full_problem_bit_for_bit(case):
         (lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(BF16))
     km = None if inp.mask is None else torch.from_numpy(
         kernel_mask(inp.mask, spec.B, spec.Hq, spec.Sq, spec.Sk).copy())
-    res = _simulate("fused", spec, tt(inp.q), tt(inp.k), tt(inp.v), km, tt(full),
-                    1 / math.sqrt(spec.D), {"TILE_M": 64, "TILE_N": 64}, "sm_90", 1,
+    res = agreement(FAMILY, "fused", spec, {"q": tt(inp.q), "k": tt(inp.k), "v": tt(inp.v),
+                                            "kmask": km}, {"out": tt(full)},
+                    {"TILE_M": 64, "TILE_N": 64}, model="sm_90", heads=1,
                     work=64 * spec.Sk * spec.D)      # force a partial slice
     assert res["fraction_bit_identical"] == 1.0 and res["max_ulp"] == 0, res
 

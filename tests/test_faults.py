@@ -19,7 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from spak.device import gpurun
+from spak.device import case as run_case_mod, table as run_table
+from spak.device.failures import failure_text
+from spak.families.fmha_fwd import FAMILY as FWD
 from spak.results.jsonl import ResultsWriter, append_jsonl, read_results
 
 from spak.attention.problems import parse_spec
@@ -160,9 +162,9 @@ def _oom(msg="CUDA out of memory. Tried to allocate 80.00 GiB (GPU 0; 79.1 GiB t
 
 
 def test_failure_text_keeps_the_first_line_of_an_oom():
-    assert gpurun.failure_text(_oom()) == ("OutOfMemoryError: CUDA out of memory. Tried to "
+    assert failure_text(_oom()) == ("OutOfMemoryError: CUDA out of memory. Tried to "
                                            "allocate 80.00 GiB (GPU 0; 79.1 GiB total)")
-    assert gpurun.failure_text(ValueError("bad\nshape")) == "ValueError: bad\nshape"
+    assert failure_text(ValueError("bad\nshape")) == "ValueError: bad\nshape"
 
 
 def test_oom_while_preparing_one_shape_is_rows_and_the_batch_goes_on(tmp_path):
@@ -189,7 +191,7 @@ def test_oom_while_preparing_one_shape_is_rows_and_the_batch_goes_on(tmp_path):
 
     all_rows = []
     for spec in specs:
-        all_rows += gpurun.guarded_case(spec, ("fused", "naive"),
+        all_rows += run_case_mod.guarded_case(spec, ("fused", "naive"),
                                         lambda em: run_case(spec, em), emit, base)
     on_disk = _lines(p)
     assert on_disk == seen == all_rows                     # every row emitted, in order
@@ -202,8 +204,8 @@ def test_oom_while_preparing_one_shape_is_rows_and_the_batch_goes_on(tmp_path):
     assert [r["provider"] for r in last] == ["spak-fused", "spak-naive"]   # no duplicate
     assert last[1]["error"] == "RuntimeError: late failure after the fused row"
     # the table and the summary take error rows as they come
-    assert any("OutOfMemoryError" in ln for ln in gpurun.format_case(huge))
-    assert gpurun.summary(on_disk).startswith("2/5 SPAK kernel cases passed")
+    assert any("OutOfMemoryError" in ln for ln in run_table.format_case(huge))
+    assert run_table.summary(on_disk).startswith("2/5 SPAK kernel cases passed")
 
 
 def test_keyboard_interrupt_still_stops_the_batch():
@@ -212,7 +214,7 @@ def test_keyboard_interrupt_still_stops_the_batch():
     def run(em):
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
-        gpurun.guarded_case(spec, ("fused",), run, lambda r: None, {})
+        run_case_mod.guarded_case(spec, ("fused",), run, lambda r: None, {})
 
 
 def test_oom_in_one_kernel_is_its_row_and_the_other_kernel_runs(monkeypatch, tmp_path):
@@ -224,17 +226,18 @@ def test_oom_in_one_kernel_is_its_row_and_the_other_kernel_runs(monkeypatch, tmp
     spec = parse_spec("1x2x64x64/fp16/causal")
     g = torch.Generator().manual_seed(0)
 
-    def inputs(spec, seed, i):
-        return tuple(torch.randn(spec.q_shape, generator=g).half() for _ in range(3)) + (None,)
+    def inputs(spec, seed=0, set_index=0, device="cuda"):
+        q, k, v = (torch.randn(spec.q_shape, generator=g).half() for _ in range(3))
+        return {"q": q, "k": k, "v": v, "mask": None, "kmask": None}
 
     def plan(kernel, *a, **kw):
         if kernel == "fused":
             raise _oom()
         raise ValueError("tiles['TILE_M'] must be in [16, 256], got 8")
 
-    monkeypatch.setattr(gpurun, "_make_gpu_inputs", inputs)
-    monkeypatch.setattr(gpurun, "reference_f64",
-                        lambda spec, q, k, v, m, s: torch.zeros(q.shape, dtype=torch.float64))
+    monkeypatch.setattr(FWD, "gpu_inputs", inputs)
+    monkeypatch.setattr(FWD, "gpu_reference",
+                        lambda spec, x: {"out": torch.zeros(x["q"].shape, dtype=torch.float64)})
     monkeypatch.setattr(_gpu_launch_mod, "plan_torch", plan)
     args = SimpleNamespace(no_time=True, no_sim=True, no_sdpa=True, max_sets=1, seed=0,
                            naive_max_gb=16.0, tiles=(64, 64), model=None, sim_heads=1,
@@ -242,9 +245,9 @@ def test_oom_in_one_kernel_is_its_row_and_the_other_kernel_runs(monkeypatch, tmp
     env = SimpleNamespace(base={"schema": "spak.run/1", "gpu": "Fake GPU"}, arch="sm_90",
                           l2_bytes=50 << 20)
     p = tmp_path / "run.jsonl"
-    rows = gpurun.guarded_case(
+    rows = run_case_mod.guarded_case(
         spec, ("fused", "naive"),
-        lambda em: gpurun.run_case(spec, ("fused", "naive"), args, env, None, em),
+        lambda em: run_case_mod.run_case(spec, ("fused", "naive"), args, env, None, em),
         lambda r: append_jsonl(p, r), env.base)
     assert [r["provider"] for r in rows] == ["spak-fused", "spak-naive"]
     assert rows[0]["error"].startswith("OutOfMemoryError: CUDA out of memory")

@@ -24,7 +24,7 @@ from spak.cli.args import check_shapes
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
 #: Modules holding a `register(subparsers)`, in the order `spak --help` lists the commands.
-COMMAND_MODULES: list[str] = ["spak.cli.sim", "spak.device.gpurun", "spak.recipe.runner",
+COMMAND_MODULES: list[str] = ["spak.cli.sim", "spak.cli.run", "spak.cli.plan",
                               "spak.cli.compile", "spak.cli.sweep", "spak.cli.store",
                               "spak.report.build", "spak.device.calibrate"]
 

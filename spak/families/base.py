@@ -197,5 +197,119 @@ class KernelFamily:
             row["outputs"] = per
         return row
 
+    # ------------------------------------------------------------ the GPU loop
+    # `spak run` (spak.device.case) and the sweep's worker (spak.tune.worker) drive a
+    # family through these. Tensors are torch tensors on one device; torch and cuTile are
+    # imported inside the methods. Input sets are mappings name -> tensor (or None);
+    # outputs are mappings output name (of `outputs`) -> tensor.
+
+    def gpu_inputs(self, problem, seed: int = 0, set_index: int = 0,
+                   device="cuda") -> dict:
+        """Fresh random inputs on ``device``, reproducible from (problem.case_id, seed,
+        set_index); never zeros (required for `spak run`).
+
+        Set 0 is the checked set and holds every input. Sets 1, 2, .. exist only to be
+        timed (rotated so the L2 cache does not flatter small shapes): they may hold only
+        the inputs that should vary between calls; callers lay them over set 0
+        (`gpu_input_sets`), so inputs left out are set 0's tensors, shared."""
+        raise NotImplementedError
+
+    def gpu_input_sets(self, problem, seed: int, n_sets: int, device="cuda") -> list[dict]:
+        """`gpu_inputs` sets 0 .. n_sets-1, each complete (set 0's inputs filling the gaps)."""
+        first = self.gpu_inputs(problem, seed, 0, device)
+        return [first] + [{**first, **self.gpu_inputs(problem, seed, i, device)}
+                          for i in range(1, n_sets)]
+
+    def gpu_reference(self, problem, inputs) -> dict:
+        """The float64 reference of every output, as tensors on the inputs' device (the
+        family may compute it on the CPU for small problems) (required for `spak run`)."""
+        raise NotImplementedError
+
+    def gpu_config(self, kernel: str, problem, device, tiles=None) -> dict:
+        """The launch config `spak run` uses for ``kernel``: ``tiles`` from --tiles (a
+        (TILE_M, TILE_N) pair) when given, else the tuned store's entry for the device,
+        else the default. Default: `default_config` for the device's arch; --tiles refused."""
+        if tiles is not None:
+            raise ValueError(f"--tiles: family {self.name} takes no TILE_M x TILE_N pair")
+        return self.default_config(problem, _device_arch(device))
+
+    def workspace_bytes(self, kernel: str, problem) -> int:
+        """Scratch memory one call of ``kernel`` needs besides inputs and outputs (`spak run`
+        skips a kernel over --naive-max-gb). Default 0."""
+        return 0
+
+    def gpu_call(self, kernel: str, problem, inputs, config, *, alloc=None):
+        """Plan ``kernel`` with ``config`` (tiles, knobs and hints, as `default_config`, the
+        store or a sweep give it) on one input set, into outputs it allocates and fills
+        with NaN: a spak.device.calls.GpuCall (outputs, launches, tiles, hints). Launches
+        nothing. Raises ValueError/TypeError for a config or input the kernel cannot take.
+        alloc(shape, kind): workspace allocator to share between calls that run one after
+        another (None: fresh torch workspaces) (required for `spak run` and the sweep)."""
+        raise NotImplementedError
+
+    def compile_call(self, unit: Mapping[str, Any], device="cuda"):
+        """A GpuCall on small stand-in inputs with the specialisation of the sweep's compile
+        unit (spak.tune.sweep.compile_unit), so that launching it once puts the variant's
+        cubin in cuTile's disk cache (required for the sweep's compile helpers)."""
+        raise NotImplementedError
+
+    def peer_calls(self, problem, inputs, names=None) -> dict:
+        """{peer name: spak.device.calls.PeerCall}: other implementations of the outputs,
+        on input sets shaped like ``inputs`` (set 0), checked and timed beside ours.
+        names=None: the peers `spak run` times, in the order it lists them; else those
+        named (ValueError for a name the family does not know). Default: none."""
+        return {}
+
+    def peer_reference(self, problem, inputs) -> dict | None:
+        """Every output computed by a trusted, fast peer, in SPAK's conventions (e.g. SDPA
+        with torch's own backend choice): `spak run` reports our error against it
+        (rel_l2_vs_sdpa) and the sweep checks each config against it. None: no peer."""
+        return None
+
+    def gpu_check(self, problem, inputs, outputs, reference, peer_reference=None) -> dict:
+        """The row fields of our outputs' check: nonfinite, rel_l2, max_abs (vs float64),
+        rel_l2_vs_sdpa (vs ``peer_reference``), gate and passed. As in `sim_case`, the top
+        level is the output that is worst against its gate; with several outputs,
+        "outputs" holds each one's. Families add their own checks (override, call this)."""
+        from spak.device.checks import output_errors
+        per = {}
+        for name in self.outputs:
+            e = output_errors(outputs[name], reference[name],
+                              None if peer_reference is None else peer_reference[name])
+            e["gate"] = self.gate(problem, name)
+            e["passed"] = e["nonfinite"] == 0 and e["rel_l2"] <= e["gate"]
+            per[name] = e
+        worst = max(per, key=lambda n: (not per[n]["passed"], per[n]["rel_l2"] / per[n]["gate"]))
+        row = dict(per[worst])
+        row["passed"] = all(p["passed"] for p in per.values())
+        if len(self.outputs) > 1:
+            row["outputs"] = per
+        return row
+
+    def sim_slice(self, kernel: str, problem, inputs, outputs, config, *, heads: int = 1,
+                  work: int = 1 << 29):
+        """The part of the problem the simulator re-computes to compare bits with the GPU's
+        ``outputs``: a spak.device.calls.SimSlice (its problem, numpy inputs cut from the GPU
+        inputs, the GPU outputs on it, tiles, text). ``work`` bounds the simulated work
+        (for attention: query rows x keys x head dim x heads); ``heads``: query heads
+        wanted (required for `spak run`'s agreement check)."""
+        raise NotImplementedError
+
+    def has_gpu_loop(self) -> bool:
+        """True when the family implements what `spak run` needs."""
+        cls = type(self)
+        return all(getattr(cls, m) is not getattr(KernelFamily, m)
+                   for m in ("gpu_inputs", "gpu_reference", "gpu_call", "sim_slice"))
+
     def __repr__(self) -> str:
         return f"<kernel family {self.name}: {self.title}>"
+
+
+def _device_arch(device) -> str:
+    """"sm_XY" of a CUDA device; "sm_90" for anything else (tests on the CPU)."""
+    import torch
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return "sm_90"
+    major, minor = torch.cuda.get_device_capability(dev)
+    return f"sm_{major}{minor}"

@@ -75,6 +75,97 @@ class FmhaForward(KernelFamily):
                             has_mask=item["mask"], tiles=dict(tiles), hints=item.get("hints"))
         return {**r, "tiles": dict(tiles)}
 
+    # the GPU loop (`spak run`, the sweep's worker): inputs q, k, v, mask, kmask; output out
+    #: the peers `spak run` checks and times, in the order it lists them
+    run_peers = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+
+    def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
+        from spak.device.attention import attention_gpu_inputs
+        return attention_gpu_inputs(problem, seed, set_index, device)
+
+    def gpu_reference(self, problem, inputs) -> dict:
+        import math
+        from spak.device.gpu_reference import attention_reference
+        return {"out": attention_reference(problem, inputs["q"], inputs["k"], inputs["v"],
+                                           inputs.get("mask"), 1.0 / math.sqrt(problem.D))}
+
+    def gpu_config(self, kernel, problem, device, tiles=None) -> dict:
+        if tiles is not None:                       # --tiles MxN: exactly these, no hints
+            return {"TILE_M": tiles[0], "TILE_N": tiles[1]}
+        from spak.api import resolve_tiles
+        from spak.device.attention import torch_dtype
+        return resolve_tiles(kernel, torch_dtype(problem.dtype), problem.D, problem.causal,
+                             problem.Sk, device)
+
+    def workspace_bytes(self, kernel, problem) -> int:
+        p = problem                                 # naive: S (float32) and P (2 bytes)
+        return p.B * p.Hq * p.Sq * p.Sk * 6 if kernel == "naive" else 0
+
+    @staticmethod
+    def _kernel_config(kernel, config) -> tuple[dict, dict]:
+        """(tiles, hints) of a config; the naive kernel takes TILE_M/TILE_N only (the store's
+        and the defaults' knobs are the fused kernel's)."""
+        from spak.gpu.variants import split_config
+        tiles, hints = split_config(config)
+        if kernel != "fused":
+            tiles = {k: tiles[k] for k in ("TILE_M", "TILE_N")}
+        return tiles, hints
+
+    def gpu_call(self, kernel, problem, inputs, config, *, alloc=None):
+        import math
+        import torch
+        import spak.gpu.launch as gl
+        from spak.device.calls import GpuCall
+        from spak.gpu.variants import apply_hints
+        tiles, hints = self._kernel_config(kernel, config)
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        out = torch.full(tuple(q.shape[:3]) + (v.shape[3],), float("nan"), dtype=q.dtype,
+                         device=q.device)
+        kw = dict(mask=inputs.get("kmask"), causal=problem.causal,
+                  scale=1.0 / math.sqrt(problem.D), tiles=tiles)
+        launches = gl.plan_torch(kernel, q, k, v, out, **kw) if alloc is None else \
+            gl.plan_fmha(kernel, q, k, v, out, alloc=alloc, **kw)
+        return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
+
+    def compile_call(self, unit, device="cuda"):
+        import math
+        import torch
+        import spak.gpu.launch as gl
+        from spak.device.attention import torch_dtype
+        from spak.device.calls import GpuCall
+        from spak.gpu.variants import apply_hints
+        tiles, hints = self._kernel_config(unit["kernel"], unit["config"])
+        dt = torch_dtype(unit["dtype"])
+        q, k, v = (torch.randn(unit[n], device=device, dtype=dt) for n in ("q", "k", "k"))
+        out = torch.empty(unit["q"], device=device, dtype=dt)
+        launches = gl.plan_torch(unit["kernel"], q, k, v, out, causal=unit["causal"],
+                                 scale=1.0 / math.sqrt(unit["q"][-1]), tiles=tiles)
+        return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
+
+    def peer_calls(self, problem, inputs, names=None) -> dict:
+        from spak.device.sdpa import sdpa_peers
+        return sdpa_peers(problem, inputs, self.run_peers if names is None else names)
+
+    def peer_reference(self, problem, inputs) -> dict:
+        from spak.device.sdpa import sdpa_reference
+        return {"out": sdpa_reference(problem, inputs)}
+
+    def gpu_check(self, problem, inputs, outputs, reference, peer_reference=None) -> dict:
+        """The base checks, and rows that see no key must be zero (dead_rows,
+        masked_rows_zero)."""
+        from spak.device.attention import dead_row_check
+        row = super().gpu_check(problem, inputs, outputs, reference, peer_reference)
+        extra = dead_row_check(problem, inputs, outputs["out"])
+        row.update(extra)
+        row["passed"] = row["passed"] and extra.get("masked_rows_zero", True)
+        return row
+
+    def sim_slice(self, kernel, problem, inputs, outputs, config, *, heads=1, work=1 << 29):
+        from spak.device.attention import attention_sim_slice
+        tiles, _ = self._kernel_config(kernel, config)
+        return attention_sim_slice(problem, inputs, outputs["out"], tiles, heads=heads,
+                                   work=work)
+
     # cost
     def flops(self, problem) -> float:
         return problem.flops

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -33,7 +32,7 @@ import zlib
 from spak.core.stats import stats
 from spak.results.jsonl import jsonable as _jsonable
 
-__all__ = ["STATUSES", "CHECK_RTOL", "check_threshold", "GpuRunner", "FakeRunner",
+__all__ = ["STATUSES", "CHECK_GATE_FACTOR", "check_threshold", "GpuRunner", "FakeRunner",
            "make_runner", "main", "tiny_dim", "stats"]
 
 #: Every status a result line may have. Written by the worker: ok, compile_error,
@@ -42,16 +41,18 @@ __all__ = ["STATUSES", "CHECK_RTOL", "check_threshold", "GpuRunner", "FakeRunner
 STATUSES = ("ok", "compile_error", "launch_error", "wrong_result", "invalid_config",
             "unsupported", "oom", "error", "timeout", "crash")
 
-#: Relative-L2 limit of a config's output against PyTorch SDPA's. Both are compared with the
-#: float64 gates of spak.core.metrics (1e-3 fp16, 8e-3 bf16): a correct kernel is within the gate
-#: of float64, and so is SDPA, so by the triangle inequality two correct outputs differ by at
-#: most twice the gate. A wrong tile config (a skipped or doubled key tile, a bad mask edge)
-#: is off by 1e-1 or more; NaN/Inf anywhere fails regardless.
-CHECK_RTOL = {"fp16": 2e-3, "bf16": 1.6e-2}
+#: A config's outputs are checked against the family's peer reference (PyTorch SDPA for
+#: attention) with this many times the family's float64 gate: a correct kernel is within
+#: the gate of float64, and so is the peer, so by the triangle inequality two correct
+#: outputs differ by at most twice the gate (FMHA forward: 2e-3 fp16, 1.6e-2 bf16). A wrong
+#: tile config (a skipped or doubled key tile, a bad mask edge) is off by 1e-1 or more;
+#: NaN/Inf anywhere fails regardless.
+CHECK_GATE_FACTOR = 2.0
 
 
-def check_threshold(dtype: str) -> float:
-    return CHECK_RTOL[dtype]
+def check_threshold(fam, problem) -> float:
+    """The largest relative L2 vs the peer reference that passes (the tightest output's)."""
+    return CHECK_GATE_FACTOR * min(fam.gate(problem, n) for n in fam.outputs)
 
 
 def tiny_dim(d: int) -> int:
@@ -136,11 +137,12 @@ class FakeRunner:
 # ------------------------------------------------------------------ GPU runner
 
 class GpuRunner:
-    """Checks and times configs with torch + cuTile on the local GPU.
-
-    Inputs are N(0, 1), seeded per case; one shape's inputs are kept while consecutive jobs
-    use it. The reference is PyTorch SDPA (default backend choice) on the first input set,
-    with NaN rows (fully masked) zeroed, as SPAK's kernels write zeros there.
+    """Checks and times configs with torch + cuTile on the local GPU, through the job's
+    kernel family (``job["family"]``, default fmha_fwd): its GPU inputs, its peer
+    reference (for attention, PyTorch SDPA with torch's own backend choice, rows that see
+    no key zeroed), its kernel calls and peers; timed by spak.device.timing, the method
+    `spak run` uses. One shape's inputs and reference are kept while consecutive jobs use
+    it.
     """
 
     def __init__(self, opts: dict):
@@ -163,7 +165,7 @@ class GpuRunner:
                      "cuda_tile": getattr(ct, "__version__", None), "runner": "gpu",
                      "sm_count": getattr(props, "multi_processor_count", None),
                      "l2_bytes": self.l2_bytes, "pid": os.getpid()}
-        self._case = None
+        self._key = None
         self._data = None
         self.stream = torch.cuda.current_stream()
 
@@ -171,256 +173,132 @@ class GpuRunner:
         return self.info
 
     # -- inputs and reference
-    def _inputs(self, spec):
-        if self._case == spec.case_id:
+    def _inputs(self, fam, spec) -> dict:
+        """The shape's input sets and peer reference (kept for the next job)."""
+        from spak.device.timing import input_set_count
+        key = (fam.name, spec.case_id)
+        if self._key == key:
             return self._data
-        torch = self.torch
-        self._case, self._data = None, None
-        torch.cuda.empty_cache()
-        dt = torch.float16 if spec.dtype == "fp16" else torch.bfloat16
-        set_bytes = 2 * (spec.B * spec.Hq * spec.Sq * spec.D + 2 * spec.B * spec.Hkv * spec.Sk
-                         * spec.D)
-        n_sets = int(min(self.opts.get("max_sets", 4),
-                         max(1, math.ceil(3 * self.l2_bytes / max(set_bytes, 1)))))
-        sets = []
-        for i in range(n_sets):
-            g = torch.Generator(device=self.device).manual_seed(
-                (zlib.crc32(spec.case_id.encode()) * 1009 + i) % (2 ** 63))
-            sets.append(tuple(torch.randn(shape, device=self.device, dtype=dt, generator=g)
-                              for shape in (spec.q_shape, spec.kv_shape, spec.kv_shape)))
-        scale = 1.0 / math.sqrt(spec.D)
-        sdpa_mask, sdpa_causal = self._sdpa_args(spec)
-        q, k, v = sets[0]
-        ref = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=sdpa_mask, is_causal=sdpa_causal, scale=scale,
-            **({"enable_gqa": True} if spec.Hq != spec.Hkv else {}))
-        ref = torch.nan_to_num(ref.float(), nan=0.0)
-        self._data = {"sets": sets, "ref": ref, "scale": scale, "sdpa_mask": sdpa_mask,
-                      "sdpa_causal": sdpa_causal}
-        self._case = spec.case_id
+        self._key, self._data = None, None
+        self.torch.cuda.empty_cache()
+        n_sets = input_set_count(fam.bytes_moved(spec), self.l2_bytes,
+                                 self.opts.get("max_sets", 4))
+        sets = fam.gpu_input_sets(spec, 0, n_sets, self.device)
+        self._data = {"sets": sets, "ref": fam.peer_reference(spec, sets[0])}
+        self._key = key
         return self._data
 
-    def _sdpa_args(self, spec):
-        """(attn_mask, is_causal) for SDPA with SPAK's bottom-right causal convention."""
-        torch = self.torch
-        if not spec.causal:
-            return None, False
-        if spec.Sq == spec.Sk:
-            return None, True
-        i = torch.arange(spec.Sq, device=self.device)[:, None]
-        j = torch.arange(spec.Sk, device=self.device)[None, :]
-        return j <= i + (spec.Sk - spec.Sq), False
-
-    def _rel_l2(self, out, ref) -> float:
-        torch = self.torch
-        num = float(torch.linalg.vector_norm((out.float() - ref).double()))
-        den = float(torch.linalg.vector_norm(ref.double()))
-        if den == 0.0:
-            return 0.0 if num == 0.0 else math.inf
-        return num / den
-
-    def _check(self, out, ref, dtype) -> dict:
-        nonfinite = int((~self.torch.isfinite(out)).sum())
-        rel = self._rel_l2(out, ref) if nonfinite == 0 else None
-        r = {"nonfinite": nonfinite, "rel_l2_vs_sdpa": rel,
-             "check_rtol": check_threshold(dtype)}
-        if nonfinite:
-            r.update(status="wrong_result", error=f"{nonfinite} NaN/Inf in the output")
-        elif not rel <= check_threshold(dtype):
-            r.update(status="wrong_result",
-                     error=f"rel L2 vs SDPA {rel:.2e} > {check_threshold(dtype):.2e}")
+    def _check(self, fam, spec, outputs, ref) -> dict:
+        """NaN/Inf anywhere, or an output off the peer reference by more than
+        check_threshold, is a wrong result."""
+        from spak.device.checks import nonfinite, rel_l2
+        bad = sum(nonfinite(outputs[n]) for n in fam.outputs)
+        rtol = check_threshold(fam, spec)
+        rel = None if bad else max(rel_l2(outputs[n].float(), ref[n]) for n in fam.outputs)
+        r = {"nonfinite": bad, "rel_l2_vs_sdpa": rel, "check_rtol": rtol}
+        if bad:
+            r.update(status="wrong_result", error=f"{bad} NaN/Inf in the output")
+        elif not rel <= rtol:
+            r.update(status="wrong_result", error=f"rel L2 vs SDPA {rel:.2e} > {rtol:.2e}")
         return r
 
-    # -- timing
     def _time(self, fn, n_sets: int) -> dict:
-        """Median of per-batch mean times (ms): batches of back-to-back calls between one
-        CUDA event pair, each batch queued behind a short GPU sleep so the CPU's launch
-        overhead is not timed; inputs rotate over n_sets."""
-        torch = self.torch
+        """spak.device.timing.time_events with the sweep's options (warmup, batches,
+        batch_ms per batch, max_per_batch)."""
+        from spak.device.timing import time_events
         o = self.opts
-        for i in range(int(o.get("warmup", 3))):
-            fn(i % n_sets)
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(0)
-        e.record()
-        e.synchronize()
-        est_ms = max(s.elapsed_time(e), 1e-3)
-        per_batch = int(min(o.get("max_per_batch", 100),
-                            max(1, round(o.get("batch_ms", 40.0) / est_ms))))
-        sleep = getattr(torch.cuda, "_sleep", None)
-        samples = []
-        k = 0
-        for _ in range(int(o.get("batches", 5))):
-            if sleep is not None:   # ~50 us of launch work per call, at most 20 ms
-                sleep(int(min(20e-3, 50e-6 * per_batch) * 1.4e9))
-            s.record()
-            for _ in range(per_batch):
-                fn(k % n_sets)
-                k += 1
-            e.record()
-            e.synchronize()
-            samples.append(s.elapsed_time(e) / per_batch)
-        st = stats(samples)
-        st.update(runs=per_batch * len(samples), batches=len(samples), per_batch=per_batch,
-                  input_sets=n_sets)
+        batches = int(o.get("batches", 5))
+        st = time_events(fn, n_sets, warmup=int(o.get("warmup", 3)), batches=batches,
+                         target_s=batches * float(o.get("batch_ms", 40.0)) / 1e3,
+                         max_per_batch=int(o.get("max_per_batch", 100)))
+        st["input_sets"] = n_sets
         return st
-
-    # -- errors
-    def _classify(self, exc: BaseException) -> dict:
-        torch = self.torch
-        msg = f"{type(exc).__name__}: {exc}".strip()
-        if len(msg) > 4000:
-            msg = msg[:4000] + " ..."
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            torch.cuda.empty_cache()
-            return {"status": "oom", "error": msg.splitlines()[0]}
-        compile_err = False
-        try:
-            from cuda.tile._exception import TileError
-            compile_err = isinstance(exc, TileError)
-        except ImportError:
-            pass
-        if not compile_err:
-            try:
-                from spak.device import env as gpu_env
-                compile_err = gpu_env.is_compile_error(exc)
-            except Exception:  # noqa: BLE001
-                pass
-        if compile_err:
-            return {"status": "compile_error", "error": msg}
-        r = {"status": "launch_error", "error": msg}
-        try:                               # a sticky CUDA error poisons the context
-            torch.cuda.synchronize()
-        except Exception as e2:  # noqa: BLE001
-            r["fatal"] = True
-            r["error"] += f"\n(CUDA context lost: {type(e2).__name__}: {e2})"
-        return r
 
     # -- jobs
     def run(self, job: dict) -> dict:
-        from spak.attention.problems import parse_spec
-        spec = parse_spec(job["case"])
+        from spak import families
+        from spak.device.failures import classify
+        fam = families.get(job.get("family", families.DEFAULT))
+        spec = fam.parse(job["case"])
         try:
-            data = self._inputs(spec)
+            data = self._inputs(fam, spec)
         except Exception as exc:  # noqa: BLE001
-            r = self._classify(exc)
+            r = classify(exc)
             r["error"] = "preparing inputs/reference: " + r["error"]
             return r
-        if job["provider"].startswith("sdpa-"):
-            return self._run_sdpa(job, spec, data)
-        return self._run_ours(job, spec, data)
+        if job["provider"].startswith("spak-"):
+            return self._run_ours(fam, job, spec, data)
+        return self._run_peer(fam, job, spec, data)
 
-    def _run_sdpa(self, job, spec, data) -> dict:
+    def _run_peer(self, fam, job, spec, data) -> dict:
+        from spak.device.failures import classify
         torch = self.torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        name = job["provider"][5:]
-        backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                   "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                   "math": SDPBackend.MATH}[name]
-        F = torch.nn.functional.scaled_dot_product_attention
-        kw = dict(attn_mask=data["sdpa_mask"], is_causal=data["sdpa_causal"],
-                  scale=data["scale"])
-        if spec.Hq != spec.Hkv:
-            kw["enable_gqa"] = True
         sets = data["sets"]
-        with sdpa_kernel([backend]):
+        peer = fam.peer_calls(spec, sets[0], names=[job["provider"]])[job["provider"]]
+        with peer.context():
             t0 = time.perf_counter()
             try:
-                out = F(*sets[0], **kw)
+                raw = peer.run(sets[0])
                 torch.cuda.synchronize()
             except RuntimeError as exc:
                 if isinstance(exc, torch.cuda.OutOfMemoryError):
-                    return self._classify(exc)
+                    return classify(exc)
                 return {"status": "unsupported",
                         "error": str(exc).strip().splitlines()[0][:500]}
-            first = time.perf_counter() - t0
-            r = {"status": "ok", "first_call_s": first}
-            r.update(self._check(torch.nan_to_num(out, nan=0.0), data["ref"], spec.dtype))
-            del out
-            r.update(self._time(lambda i: F(*sets[i], **kw), len(sets)))
+            r = {"status": "ok", "first_call_s": time.perf_counter() - t0}
+            r.update(self._check(fam, spec, peer.conform(peer.outputs(raw)), data["ref"]))
+            del raw
+            r.update(self._time(lambda i: peer.run(sets[i]), len(sets)))
         return r
 
-    def _run_ours(self, job, spec, data) -> dict:
-        torch = self.torch
-        from spak.gpu.plan import default_tiles, plan_fmha
-        from spak.gpu.variants import apply_hints, split_config
-        cfg = job.get("config") or default_tiles(spec.D, self.arch, spec.causal)
-        try:
-            tiles, hints = split_config(cfg)
-        except ValueError as exc:
-            return {"status": "invalid_config", "error": f"ValueError: {exc}"}
-        sets = data["sets"]
-        ws = {}
+    def _launch(self, call) -> None:
+        for L in call.launches:
+            self.ct.launch(self.stream, L.grid, L.kernel, L.args)
 
-        def alloc(shape, kind):   # shared workspaces: the timed plans run one at a time
-            key = (tuple(int(n) for n in shape), kind)
-            if key not in ws:
-                dt = torch.float32 if kind == "float32" else sets[0][0].dtype
-                ws[key] = torch.empty(key[0], dtype=dt, device=self.device)
-            return ws[key]
+    def _run_ours(self, fam, job, spec, data) -> dict:
+        from spak.device.calls import first_tensor, shared_alloc
+        from spak.device.failures import classify
+        torch = self.torch
+        cfg = job.get("config") or fam.default_config(spec, self.arch)
+        sets = data["sets"]
+        alloc = shared_alloc(first_tensor(sets[0]))
         try:
-            outs = [torch.empty((spec.B, spec.Hq, spec.Sq, spec.D), dtype=q.dtype,
-                                device=self.device) for q, _, _ in sets]
-            plans = [apply_hints(plan_fmha(job["kernel"], q, k, v, o, causal=spec.causal,
-                                           scale=data["scale"], tiles=tiles, alloc=alloc),
-                                 hints) for (q, k, v), o in zip(sets, outs)]
+            calls = [fam.gpu_call(job["kernel"], spec, s, cfg, alloc=alloc) for s in sets]
         except (ValueError, TypeError) as exc:
             return {"status": "invalid_config", "error": f"{type(exc).__name__}: {exc}"}
         except torch.cuda.OutOfMemoryError as exc:
-            return self._classify(exc)
-        stream = self.stream
-        ct = self.ct
-
-        def call(i):
-            for L in plans[i]:
-                ct.launch(stream, L.grid, L.kernel, L.args)
-        outs[0].fill_(float("nan"))          # poison: an unwritten element stays NaN
+            return classify(exc)
         t0 = time.perf_counter()
         try:
-            call(0)
+            self._launch(calls[0])
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 -- recorded, the sweep goes on
-            return self._classify(exc)
-        r = {"status": "ok", "first_call_s": time.perf_counter() - t0, "tiles_used": tiles,
-             "hints_used": hints}
-        r.update(self._check(outs[0], data["ref"], spec.dtype))
+            return classify(exc)
+        r = {"status": "ok", "first_call_s": time.perf_counter() - t0,
+             "tiles_used": calls[0].tiles, "hints_used": calls[0].hints}
+        r.update(self._check(fam, spec, calls[0].outputs, data["ref"]))
         if r["status"] != "ok":
             return r
         try:
-            r.update(self._time(call, len(sets)))
+            r.update(self._time(lambda i: self._launch(calls[i]), len(sets)))
         except Exception as exc:  # noqa: BLE001
-            return {**r, **self._classify(exc)}
+            return {**r, **classify(exc)}
         return r
 
     def compile(self, unit: dict) -> dict:
         """JIT-compile one variant by launching it once on tiny arrays with the same
-        specialisation as the real problem (see tiny_dim): the cubin lands in cuTile's disk
-        cache, so the measuring worker's first launch only re-runs the front end."""
-        torch = self.torch
-        from spak.gpu.plan import plan_fmha
-        from spak.gpu.variants import apply_hints, split_config
-        dt = torch.float16 if unit["dtype"] == "fp16" else torch.bfloat16
+        specialisation as the real problem (the family's compile_call; see tiny_dim): the
+        cubin lands in cuTile's disk cache, so the measuring worker's first launch only
+        re-runs the front end."""
+        from spak import families
+        from spak.device.failures import classify
+        fam = families.get(unit.get("family", families.DEFAULT))
         t0 = time.perf_counter()
         try:
-            tiles, hints = split_config(unit["config"])
-            q = torch.randn(unit["q"], device=self.device, dtype=dt)
-            k = torch.randn(unit["k"], device=self.device, dtype=dt)
-            v = torch.randn(unit["k"], device=self.device, dtype=dt)
-            o = torch.empty(unit["q"], device=self.device, dtype=dt)
-
-            def alloc(shape, kind):
-                return torch.empty(tuple(shape), device=self.device,
-                                   dtype=torch.float32 if kind == "float32" else dt)
-            plan = apply_hints(plan_fmha(unit["kernel"], q, k, v, o, causal=unit["causal"],
-                                         scale=1.0 / math.sqrt(unit["q"][-1]), tiles=tiles,
-                                         alloc=alloc), hints)
-            for L in plan:
-                self.ct.launch(self.stream, L.grid, L.kernel, L.args)
-            torch.cuda.synchronize()
+            self._launch(fam.compile_call(unit, self.device))
+            self.torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001
-            r = self._classify(exc)
+            r = classify(exc)
             r["seconds"] = time.perf_counter() - t0
             return r
         return {"status": "ok", "seconds": time.perf_counter() - t0}
