@@ -2,8 +2,8 @@
 
 No GPU here: the record is assembled the way --record writes it, with the GPU's part played
 by MMA-Sim's RTX Blackwell model (mma), the H200's probe fixture (the elementwise ops the
-sm_120 model assumes are sm_90's) and the simulator (the FMHA cases, through
-calibrate.record_agreement's `run` hook). The check must pass on that record and fail,
+sm_120 model assumes are sm_90's), the sm_120 row-sum order read from its SASS, and the
+simulator (the FMHA cases, through calibrate.record_agreement's `run` hook). The check must pass on that record and fail,
 naming the op, when one recorded bit is changed.
 """
 import json
@@ -15,7 +15,7 @@ import pytest
 
 from spak.cli import main
 from spak.device import calibrate
-from spak.sim.numerics import MUFU_TABLES
+from spak.sim.numerics import MUFU_TABLES, tree_sum_f32
 
 pytest.importorskip("torch")
 pytest.importorskip("mmasim")
@@ -58,7 +58,9 @@ def record(tmp_path, monkeypatch):
     np.savez(tmp_path / "probe_elementwise.npz", x=DATA["exp2__x"], y=DATA["exp2__y"],
              div_x=DATA["div__div_x"], div_y=DATA["div__div_y"], div_q=DATA["div__div_q"],
              cast_x=DATA["cast__cast_x"], cast_f16=DATA["cast__cast_f16"],
-             cast_bf16=DATA["cast__cast_bf16"], sum_x=DATA["sum_x"], sum_y=DATA["sum_y"])
+             cast_bf16=DATA["cast__cast_bf16"], sum_x=DATA["sum_x"],
+             # rows of a loaded tile: sm_120's order (its SASS), not the H200's
+             sum_y=tree_sum_f32(DATA["sum_x"], 2, "halving"))
     shutil.copy(MUFU_TABLES, tmp_path / "sm90_mufu.npz")
     from spak.attention import problems
     monkeypatch.setitem(problems.SHAPE_SETS, "tiny-calibration", TINY)

@@ -134,10 +134,10 @@ def record_agreement(data: Path, arch: str, run=None) -> int:
     """Run both kernels on the `default` shape set (fp16 and bf16, the arch's default tiles)
     and keep every case's inputs and output in agreement.npz (ci/agree_replay.py's format).
     run(kernel, q, k, v, mask, causal, dtype, tiles) -> output as numpy; default: the
-    local GPU through spak.fmha. Returns the number of cases."""
+    local GPU through spak.fmha. Returns the number of cases (~10 MB for the default set)."""
+    import json
     import numpy as np
     from spak.attention.problems import SHAPE_SETS, expand, make_inputs
-    from spak.device.gpurun import _dump_slice
     from spak.gpu.plan import default_tiles
     run = run or _run_on_gpu
     dump: dict = {}
@@ -147,13 +147,16 @@ def record_agreement(data: Path, arch: str, run=None) -> int:
         tiles = default_tiles(spec.D, arch, spec.causal)
         for kernel in ("fused", "naive"):
             out = run(kernel, inp.q, inp.k, inp.v, inp.mask, spec.causal, spec.dtype, tiles)
-            _dump_slice(dump, f"{kernel}|{spec.case_id}", inp.q, inp.k, inp.v, inp.mask,
-                        np.asarray(out), None, spec.causal, spec.dtype, tiles)
+            arrays = {"q": inp.q, "k": inp.k, "v": inp.v, "gpu": np.asarray(out)}
+            if inp.mask is not None:
+                arrays["mask"] = inp.mask
+            for name, arr in arrays.items():
+                dump[f"{n:03d}/{name}"] = arr
+            meta = {"case": f"{kernel}|{spec.case_id}", "scale": None,
+                    "causal": spec.causal, "dtype": spec.dtype, "tiles": dict(tiles)}
+            dump[f"{n:03d}/meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
             n += 1
-    kept = {k: v for k, v in dump.items() if not k.startswith("_")}
-    np.savez_compressed(data / AGREEMENT, **kept)
-    if dump.get("_skipped"):
-        print(f"spak calibrate: {dump['_skipped']} case(s) over the size cap left out")
+    np.savez_compressed(data / AGREEMENT, **dump)     # ci/agree_replay.py's format
     return n
 
 
