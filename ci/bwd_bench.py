@@ -35,9 +35,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import spak
-from spak import api
-from spak.attention.problems import SHAPE_SETS, parse_spec
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # the repository, uninstalled
+import spak  # noqa: E402
+from spak import api  # noqa: E402
+from spak.attention.problems import SHAPE_SETS, parse_spec  # noqa: E402
 
 #: Shapes beside the 24 standard ones: GQA 4:1, Sq != Sk (both ways, causal bottom-right),
 #: bool and additive masks, D 80, S 1000 (not a tile multiple), MQA, rows with no key.

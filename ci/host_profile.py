@@ -71,7 +71,8 @@ def main(argv=None):
         "api._impl": lambda: api._impl(*op_args),
         "gpu.launch.fmha_into": lambda: gl.fmha_into("fused", q, k, v, out, scale=scale,
                                                      tiles=tiles, hints=hints),
-        "ct.launch (prepared)": lambda: ct.launch(stream, L.grid, L.kernel, L.args),
+        "ct.launch (prepared)": lambda: ct.launch(stream, L.grid, L.kernel,
+                                                  (q, k, v, out, _dummy) + L.args[5:]),
     }
     print(f"{torch.cuda.get_device_name()} {time.strftime('%Y-%m-%d %H:%M')} shape "
           f"{args.shape} fp16 non-causal, config {t}; us per call, loop of {args.n}:")

@@ -12,6 +12,7 @@ torch is imported inside the functions (cuTile comes with gpu.plan).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import cuda.tile as ct
@@ -38,10 +39,11 @@ def torch_alloc(like):
 
 
 def plan_torch(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False,
-               scale: Optional[float] = None, tiles: Optional[dict] = None) -> list[Launch]:
+               scale: Optional[float] = None, tiles: Optional[dict] = None,
+               lse=None) -> list[Launch]:
     """gpu.plan.plan_fmha with torch workspaces on q's device."""
     return plan_fmha(kernel_name, q, k, v, out, mask=mask, causal=causal, scale=scale,
-                     tiles=tiles, alloc=torch_alloc(q))
+                     tiles=tiles, alloc=torch_alloc(q), lse=lse)
 
 
 def run(launches: Sequence[Launch], stream=None) -> None:
@@ -88,48 +90,67 @@ def fmha_into(kernel_name: str, q, k, v, out, *, mask=None, causal: bool = False
     planned once per such key and reused: planning costs more host time than a short
     kernel takes.
     """
-    if kernel_name == "fused" and mask is None and lse is not None:
-        # the training forward: same reuse, one more tensor (args[5], the LSE)
-        key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
-               tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (),
-               "lse")
-        cached = _FUSED_PLANS.get(key)
-        if cached is None:
-            if len(_FUSED_PLANS) >= 512:
-                _FUSED_PLANS.clear()
-            (L,) = apply_hints(plan_fmha(kernel_name, q, k, v, out, mask=None, causal=causal,
-                                         scale=scale, tiles=tiles, alloc=torch_alloc(q),
-                                         lse=lse), hints)
-            cached = _FUSED_PLANS[key] = (L, L.args[4])
-        L, dummy = cached
-        ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
-                  (q, k, v, out, dummy, lse) + L.args[6:])
-        return out
     if kernel_name == "fused" and mask is None:
-        # torch.Size hashes as a tuple; the config dicts are keyed in their own order (an
-        # equal dict in another order only adds an entry): cheaper than sorting per call
-        key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
-               tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else ())
-        cached = _FUSED_PLANS.get(key)
-        if cached is None:
+        return _fused_cached(q, k, v, out, lse, causal, scale, tiles, hints, stream)
+    run(apply_hints(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal,
+                               scale=scale, tiles=tiles, lse=lse), hints), stream)
+    return out
+
+
+def _fused_cached(q, k, v, out, lse, causal, scale, tiles, hints, stream):
+    """fmha_into's fused, maskless path: the plan is made once per key and launched with
+    each call's tensors. The cache keeps no call's tensors alive (its Launch holds None in
+    their places) and only a dummy mask allocated outside any CUDA-graph memory pool
+    (dummy_mask): a cached tensor from such a pool is a leak there, and an error for
+    torch.compile's CUDA graphs ("tensor(s) in the cudagraph pool not tracked")."""
+    n = 5 if lse is None else 6               # args[4]: the dummy mask; args[5]: the LSE
+    # torch.Size hashes as a tuple; the config dicts are keyed in their own order (an
+    # equal dict in another order only adds an entry): cheaper than sorting per call
+    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
+           tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (), n)
+    cached = _FUSED_PLANS.get(key)
+    if cached is None:
+        dummy, keep = dummy_mask(q)
+        (L,) = apply_hints(plan_torch("fused", q, k, v, out, causal=causal, scale=scale,
+                                      tiles=tiles, lse=lse), hints)
+        L = dataclasses.replace(L, args=(None,) * 4 + (dummy,) + (None,) * (n - 5)
+                                + L.args[n:])
+        cached = (L, dummy)
+        if keep:
             if len(_FUSED_PLANS) >= 512:          # many distinct shapes: start over
                 _FUSED_PLANS.clear()
-            (L,) = apply_hints(plan_torch(kernel_name, q, k, v, out, mask=None, causal=causal,
-                                          scale=scale, tiles=tiles), hints)
-            cached = _FUSED_PLANS[key] = (L, L.args[4])      # args[4]: the dummy mask
-        L, dummy = cached
-        # run() of the plan with this call's tensors, without building a new Launch
-        ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
-                  (q, k, v, out, dummy) + L.args[5:])
-        return out
-    if lse is not None:
-        run(apply_hints(plan_fmha(kernel_name, q, k, v, out, mask=mask, causal=causal,
-                                  scale=scale, tiles=tiles, alloc=torch_alloc(q), lse=lse),
-                        hints), stream)
-        return out
-    run(apply_hints(plan_torch(kernel_name, q, k, v, out, mask=mask, causal=causal,
-                               scale=scale, tiles=tiles), hints), stream)
+            _FUSED_PLANS[key] = cached
+    L, dummy = cached
+    # run() of the plan with this call's tensors, without building a new Launch
+    args = (q, k, v, out, dummy) if lse is None else (q, k, v, out, dummy, lse)
+    ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
+              args + L.args[n:])
     return out
+
+
+def dummy_mask(like):
+    """(a float32 (1, 1, 1, 1) tensor on like's device, cacheable): the mask argument of a
+    launch without a mask (HAS_MASK=False: never read). One per device, allocated on a side
+    stream, so that it never lands in the private memory pool a CUDA graph capture or a
+    torch.compile CUDA-graph warm-up routes the current stream's allocations to. During a
+    capture a fresh one, not to be cached (the graph keeps its address; nothing reads it).
+    """
+    import torch
+    dev = like.device
+    t = _DUMMIES.get(dev)
+    if t is not None:
+        return t, True
+    if dev.type != "cuda":
+        t = _DUMMIES[dev] = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
+        return t, True
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev), False
+    with torch.cuda.stream(torch.cuda.Stream(dev)):
+        t = _DUMMIES[dev] = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
+    return t, True
+
+
+_DUMMIES: dict = {}
 
 
 def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask=None,

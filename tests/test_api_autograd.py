@@ -601,3 +601,29 @@ def test_compiled_training_through_the_simulator_gives_the_eager_bits(sim_kernel
     compiled = (out, torch.autograd.grad(out, (q, k, v), dout))
     assert torch.equal(eager[0], compiled[0])
     assert all(torch.equal(a, b) for a, b in zip(eager[1], compiled[1]))
+
+
+def test_the_plan_cache_keeps_no_call_tensors_alive(monkeypatch):
+    """gpu.launch's cached fused plans hold None in the call tensors' places (and one dummy
+    mask per device): a cached output from a CUDA-graph pool is an error for torch.compile's
+    CUDA graphs, and any cached output is memory never given back."""
+    import gc
+    import weakref
+    import cuda.tile as ct
+    import spak.gpu.launch as gl
+    launched = []
+    monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, args: launched.append(args))
+    gl._FUSED_PLANS.clear()
+    for lse in (None, torch.empty(1, 2, 100, dtype=torch.float32)):
+        q, k, v, out = (torch.randn(1, 2, 100, 64, dtype=F16) for _ in range(4))
+        gl.fmha_into("fused", q, k, v, out, causal=True, scale=0.125, stream=0, lse=lse)
+        assert all(a is b for a, b in zip(launched[-1][:4], (q, k, v, out)))
+        refs = [weakref.ref(t) for t in (q, k, v, out)]
+        del q, k, v, out
+        launched.clear()
+        gc.collect()
+        assert all(r() is None for r in refs)
+    (L1, d1), (L2, d2) = gl._FUSED_PLANS.values()
+    assert L1.args[:4] == (None,) * 4 and L2.args[:4] == (None,) * 4 and L2.args[5] is None
+    assert d1 is d2 is L1.args[4]
+    gl._FUSED_PLANS.clear()
