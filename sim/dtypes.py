@@ -23,7 +23,10 @@ STORAGE = {
     ct.float32: np.dtype(np.float32),
     ct.float64: np.dtype(np.float64),
     ct.tfloat32: np.dtype(np.float32),   # tf32 values (10-bit fraction) held in float32
+    # fp8 tiles hold exact values in float32; fp8 arrays hold raw uint8 codes (sim.fp8)
+    ct.float8_e4m3fn: np.dtype(np.float32), ct.float8_e5m2: np.dtype(np.float32),
 }
+FP8 = (ct.float8_e4m3fn, ct.float8_e5m2)
 
 _FROM_NUMPY = {
     np.dtype(np.bool_): ct.bool_,
@@ -35,7 +38,7 @@ _FROM_NUMPY = {
     np.dtype(np.float64): ct.float64,
 }
 
-FLOATS = (ct.float16, ct.bfloat16, ct.float32, ct.float64, ct.tfloat32)
+FLOATS = (ct.float16, ct.bfloat16, ct.float32, ct.float64, ct.tfloat32) + FP8
 INTS = (ct.int8, ct.int16, ct.int32, ct.int64, ct.uint8, ct.uint16, ct.uint32, ct.uint64)
 
 
@@ -104,7 +107,15 @@ def round_value(model, x, dtype) -> np.ndarray:
     """x rounded to `dtype`'s storage: the model's rounding, plus the dtypes it lacks."""
     if dtype == ct.tfloat32:
         return round_tf32(np.asarray(x, np.float32))
+    if dtype in FP8:
+        from .fp8 import round_fp8
+        return round_fp8(x, dtype)
     return model.round_to(x, dtype)
+
+
+def array_storage(dt) -> np.dtype:
+    """numpy dtype of an array (in memory) of cuTile dtype dt: fp8 codes are bytes."""
+    return np.dtype(np.uint8) if dt in FP8 else storage(dt)
 
 
 def promote(a, b) -> "ct.DType":

@@ -147,7 +147,8 @@ def read_elements(ctx, array, off, eff):
         if _pending_on(ctx, array):
             flat = bits.reshape(bits.shape[0], -1)
             overlay_own(ctx, array, np.where(eff, off, -1).reshape(flat.shape[0], -1), flat)
-    return bits.view(dtypes.storage(array.dtype))
+    from .memory import values_of
+    return values_of(bits, array.dtype)
 
 
 def _foreign(ctx, array, off, eff):
@@ -228,7 +229,8 @@ class ElementStore:
 
 def write_elements(ctx, array, off, vals):
     """Buffer (lock-step) or apply (cooperative) a scattered store; off -1 = not stored."""
-    item = ElementStore(array, off, vals, ctx.kernel_line())
+    from .memory import bits_of
+    item = ElementStore(array, off, bits_of(vals, array.dtype), ctx.kernel_line())
     ctx.stores += ctx.lanes
     if ctx.coop is None:
         ctx.pending_stores.append(item)
@@ -297,9 +299,10 @@ def load_advanced_indexing(array, indices, /, *, padding_mode=ct.PaddingMode.UND
     _entirely_outside(ctx, array, ok, "load_advanced_indexing")
     ctx.loads += ctx.lanes
     vals = read_elements(ctx, array, off, ok)
-    st = dtypes.storage(array.dtype)
-    padbits = np.array(_pad_bits(array.dtype, padding_mode)).astype(_BITS[st.itemsize])
-    return Tile(np.where(ok, vals, padbits.view(st)), array.dtype)
+    from .memory import values_of
+    width = dtypes.array_storage(array.dtype).itemsize
+    pad = values_of(np.array([_pad_bits(array.dtype, padding_mode)]).astype(_BITS[width]), array.dtype)
+    return Tile(np.where(ok, vals, pad[0]), array.dtype)
 
 
 def store_advanced_indexing(array, indices, tile, /, *, latency=None, allow_tma=None):

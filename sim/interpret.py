@@ -79,6 +79,9 @@ def _as_sim(a, i, write_back):
         arr = SimArray(t.float().numpy().copy(), ct.bfloat16, name=f"arg{i}")
         write_back.append((a, arr))
         return arr
+    if dt in dtypes.FP8:
+        import torch  # only reached with a torch tensor in hand
+        return SimArray(t.view(torch.uint8).numpy(), dt, name=f"arg{i}")   # codes, shared
     if dt not in dtypes.STORAGE:
         raise TypeError(f"ct.launch (spak sim interpreter): argument {i} has dtype {a.dtype}, "
                         "which the simulator does not hold")

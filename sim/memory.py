@@ -36,9 +36,9 @@ class SimArray:
             raise ValueError(f"array {name or ''} must be C-contiguous for the simulator "
                              "(use np.ascontiguousarray; a copy would not receive stores)")
         dt = dtypes.as_ct_dtype(dtype) if dtype is not None else dtypes.from_numpy(data.dtype)
-        if data.dtype != dtypes.storage(dt):
+        if data.dtype != dtypes.array_storage(dt):
             raise TypeError(f"array {name or ''}: dtype {dt.name} is held in numpy "
-                            f"{dtypes.storage(dt)}, got {data.dtype}")
+                            f"{dtypes.array_storage(dt)}, got {data.dtype}")
         if dt == ct.bfloat16:
             from .numerics import get_model
             data[...] = get_model("ieee").round_to(data, ct.bfloat16)
@@ -284,6 +284,9 @@ def _lane_value(ix, lane):
 
 
 def _pad_bits(dtype, padding_mode) -> int:
+    if dtype in dtypes.FP8:
+        from .fp8 import pad_code
+        return pad_code(dtype, padding_mode)
     st = dtypes.storage(dtype)
     PM = ct.PaddingMode
     if padding_mode in (None, PM.UNDETERMINED):
@@ -361,10 +364,26 @@ def load_box(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDE
         share = (share[0], _first_lane(share[0], len(share[1])))
     if own:
         overlay_own(ctx, array, lane_box_offsets(starts, shape4, strides4, tshape4), out)
-    v = out.view(dtypes.storage(array.dtype)).reshape((ctx.lanes,) + shape)
+    v = values_of(out, array.dtype).reshape((ctx.lanes,) + shape)
     if scalar:
         v = v.reshape((ctx.lanes,))
     return Tile(v, array.dtype, share)
+
+
+def values_of(bits: np.ndarray, dtype) -> np.ndarray:
+    """Tile values of raw array bits (fp8 codes are decoded, others reinterpreted)."""
+    if dtype in dtypes.FP8:
+        from .fp8 import decode
+        return decode(bits.view(np.uint8), dtype)
+    return bits.view(dtypes.storage(dtype))
+
+
+def bits_of(values: np.ndarray, dtype) -> np.ndarray:
+    """Array bits of tile values (fp8 values are encoded, others as stored)."""
+    if dtype in dtypes.FP8:
+        from .fp8 import encode
+        return encode(values, dtype)
+    return values
 
 
 def _first_lane(inverse, n):
@@ -402,7 +421,7 @@ def store_box(array, index, tile, *, order="C", check_bounds=True, memory_order=
     starts, shape4, strides4, tshape4, _ = _box(array, index, shape, order, "store", steps)
     idx = index if isinstance(index, (tuple, list)) else (index,)
     _check_box(array, starts, shape4, tshape4, "store", idx, shape, check_bounds)
-    vals = np.ascontiguousarray(tile.v).reshape(tile.v.shape[0], -1)
+    vals = bits_of(np.ascontiguousarray(tile.v).reshape(tile.v.shape[0], -1), array.dtype)
     item = (array, starts, shape4, strides4, tshape4, vals, ctx.kernel_line())
     ctx.stores += ctx.lanes
     if ctx.coop is not None:

@@ -186,6 +186,12 @@ def bitcast(x, /, dtype):
     x = as_tile(x)
     if ct.bfloat16 in (dtype, x.dtype):
         raise SimNotSupported("ct.bitcast to/from bfloat16")
+    if x.dtype in dtypes.FP8 or dtype in dtypes.FP8:
+        from .memory import bits_of, values_of
+        raw = np.ascontiguousarray(bits_of(x.v, x.dtype))
+        if raw.dtype.itemsize != dtypes.array_storage(dtype).itemsize:
+            raise SimTypeError(f"ct.bitcast: {x.dtype.name} and {dtype.name} differ in width")
+        return Tile(values_of(raw.view(dtypes.array_storage(dtype)), dtype), dtype)
     return Tile(x.v.view(dtypes.storage(dtype)), dtype)
 
 
@@ -492,7 +498,8 @@ def _arg(x, axis, keepdims, fn):
 
 _MMA_OK = {ct.float16: (ct.float16, ct.float32), ct.bfloat16: (ct.float32,),
            ct.float32: (ct.float32,), ct.float64: (ct.float64,), ct.tfloat32: (ct.float32,),
-           ct.int8: (ct.int32,), ct.uint8: (ct.int32,)}
+           ct.int8: (ct.int32,), ct.uint8: (ct.int32,),
+           ct.float8_e4m3fn: (ct.float16, ct.float32), ct.float8_e5m2: (ct.float16, ct.float32)}
 
 
 def mma(x, y, /, acc, *, use_fast_acc=False):
@@ -512,6 +519,13 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
         # integer tensor-core mma: exact products and sums, int32 accumulator wraps
         r = np.matmul(x.v.astype(np.int64), y.v.astype(np.int64)) + acc.v
         return Tile(r.astype(np.int32), acc.dtype, layout=MMA_LAYOUT)
+    if x.dtype in dtypes.FP8:
+        # no fp8 tensor-core model: exact products, one rounding (the base model's rule;
+        # a model's own mma would take these float32-held values for bf16)
+        from .numerics import NumericModel
+        model = current().model
+        return Tile(NumericModel.mma(model, _f64(x), y.v, acc.v, acc.dtype), acc.dtype,
+                    layout=MMA_LAYOUT)
     return Tile(current().model.mma(_f64(x), y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype,
                 layout=MMA_LAYOUT)
 

@@ -62,7 +62,8 @@ SUPPORT: dict[str, tuple[str, str]] = {
     # --- matrix multiply -------------------------------------------------------------------------
     "mma": (MODEL, "fp16/bf16 -> fp32: Hopper k16 truncating fused sum, 100% on the " + _PROBE +
                    "; fp16 -> fp16, tf32, fp32, fp64: exact products and one rounding "
-                   "(semantics only); int8/uint8 -> int32 exact; fp8 inputs unsupported"),
+                   "(semantics only); fp8 -> fp16/fp32: exact products, one rounding (semantics only: "
+                   "Hopper's fp8 accumulation is known to keep fewer bits); int8/uint8 -> int32 exact"),
     "mma_scaled": (UNSUP, "block-scaled fp8/fp4 MMA is an sm_100+ instruction; the simulator "
                           "holds no fp8/fp4 tiles and models sm_90/sm_120"),
     "matmul": (MODEL, "through ct.mma (same numerics); 1-D operands supported"),
@@ -77,7 +78,8 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "insert": (EXACT, ""),
     "astype": (MODEL, "fp32 -> fp16/bf16 RNE: 100% on the " + _PROBE + "; float -> float "
                       "RZ/RM/RP exact (IEEE); float -> int truncates; -> tf32 rounds to "
-                      "nearest even (unverified: cuTile may lower it as cvt.rna); fp8/fp4 unsupported"),
+                      "nearest even (unverified: cuTile may lower it as cvt.rna); -> fp8 RNE saturating "
+                      "(unverified); fp4 and e8m0/e5m3 unsupported"),
     "bitcast": (EXACT, "not to/from bfloat16"),
     "pack_to_bytes": (EXACT, "little-endian element bytes"),
     "unpack_from_bytes": (EXACT, ""),
@@ -156,8 +158,10 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "float16": (EXACT, "dtype"), "float32": (EXACT, "dtype"), "float64": (EXACT, "dtype"),
     "bfloat16": (EXACT, "dtype, held exactly in float32 and re-rounded (RNE) after each op"),
     "tfloat32": (SEM, "dtype for astype and mma; held in float32"),
-    "float8_e4m3fn": (UNSUP, "fp8 dtype: no storage or conversion model in the simulator"),
-    "float8_e5m2": (UNSUP, "fp8 dtype: no storage or conversion model in the simulator"),
+    "float8_e4m3fn": (SEM, "arrays hold uint8 codes, tiles exact values; conversions RNE with "
+                           "saturation (cvt.rn.satfinite; matches torch's RNE on 100k values); "
+                           "unverified on hardware (sim.fp8)"),
+    "float8_e5m2": (SEM, "as float8_e4m3fn"),
     "float8_e8m0fnu": (UNSUP, "fp8 scale dtype (mma_scaled): not modelled"),
     "float8_e5m3fnu": (UNSUP, "fp8 dtype: no storage or conversion model in the simulator"),
     "float4_e2m1fn": (UNSUP, "fp4 dtype: no storage or conversion model in the simulator"),

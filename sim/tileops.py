@@ -104,6 +104,9 @@ def _bits_of(t: Tile) -> np.ndarray:
         return (v.view(np.uint32) >> 16).astype(np.uint16)
     if t.dtype == ct.tfloat32:
         raise SimNotSupported("ct.pack_to_bytes of a tfloat32 tile")
+    if t.dtype in dtypes.FP8:
+        from .memory import bits_of
+        return bits_of(v, t.dtype)
     return v
 
 
@@ -122,12 +125,15 @@ def unpack_from_bytes(x, /, dtype):
         raise SimTypeError(f"ct.unpack_from_bytes needs a 1-D uint8 tile, got {x.dtype.name} {x.shape}")
     if dtype in (ct.bool_, ct.tfloat32):
         raise SimTypeError(f"ct.unpack_from_bytes to {dtype.name} is not supported")
-    width = 2 if dtype == ct.bfloat16 else dtypes.storage(dtype).itemsize
+    width = 2 if dtype == ct.bfloat16 else dtypes.array_storage(dtype).itemsize
     if x.shape[0] % width:
         raise SimTypeError(f"ct.unpack_from_bytes: {x.shape[0]} bytes do not divide into {dtype.name}")
     raw = np.ascontiguousarray(x.v)
     if dtype == ct.bfloat16:
         v = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    elif dtype in dtypes.FP8:
+        from .memory import values_of
+        v = values_of(raw, dtype)
     else:
         v = raw.view(dtypes.storage(dtype))
     return Tile(v.reshape(raw.shape[0], -1), dtype)
