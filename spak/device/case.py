@@ -74,8 +74,8 @@ def run_case(spec, kernels, args, env, ceiling: Optional[float], emit, fam=None)
     import torch
     fam = fam or families.get()
     device = getattr(env, "device", "cuda")
-    n_sets = 1 if args.no_time else timing.input_set_count(
-        fam.bytes_moved(spec), env.l2_bytes, args.max_sets)
+    n_sets = 1 if args.no_time else timing.input_sets_for(fam, spec, env.l2_bytes,
+                                                           args.max_sets)
     sets = fam.gpu_input_sets(spec, args.seed, n_sets, device)
     ref = fam.gpu_reference(spec, sets[0])
     peer_ref = fam.peer_reference(spec, sets[0])

@@ -35,7 +35,7 @@ import time
 from spak.core.stats import stats
 
 __all__ = ["time_events", "time_turns", "time_alternating", "matmul_ceiling",
-           "input_set_count", "SLEEP_PER_CALL_S", "SLEEP_MAX_S"]
+           "input_set_count", "input_sets_for", "SLEEP_PER_CALL_S", "SLEEP_MAX_S"]
 
 #: GPU sleep queued before each batch: this much per call of the batch, at most SLEEP_MAX_S
 #: (enough for the CPU to enqueue the batch behind it; the sleep itself is not timed).
@@ -51,6 +51,16 @@ def input_set_count(set_bytes: float, l2_bytes: int, max_sets: int) -> int:
     times the L2 cache (so a call never finds its inputs left there by the previous one),
     between 1 and ``max_sets``. ``set_bytes``: what one call reads and writes."""
     return int(min(max_sets, max(1, math.ceil(3 * l2_bytes / max(set_bytes, 1)))))
+
+
+def input_sets_for(fam, problem, l2_bytes: int, max_sets: int) -> int:
+    """`input_set_count` for one problem of a family: what one call reads and writes is the
+    family's ``bytes_moved`` (a family that does not say gets ``max_sets``)."""
+    try:
+        moved = fam.bytes_moved(problem)
+    except NotImplementedError:
+        moved = 0
+    return input_set_count(moved, l2_bytes, max_sets)
 
 
 def time_events(fn, n_sets: int, *, warmup: int = 3, batches: int = 10,

@@ -175,14 +175,13 @@ class GpuRunner:
     # -- inputs and reference
     def _inputs(self, fam, spec) -> dict:
         """The shape's input sets and peer reference (kept for the next job)."""
-        from spak.device.timing import input_set_count
+        from spak.device.timing import input_sets_for
         key = (fam.name, spec.case_id)
         if self._key == key:
             return self._data
         self._key, self._data = None, None
         self.torch.cuda.empty_cache()
-        n_sets = input_set_count(fam.bytes_moved(spec), self.l2_bytes,
-                                 self.opts.get("max_sets", 4))
+        n_sets = input_sets_for(fam, spec, self.l2_bytes, self.opts.get("max_sets", 4))
         sets = fam.gpu_input_sets(spec, 0, n_sets, self.device)
         self._data = {"sets": sets, "ref": fam.peer_reference(spec, sets[0])}
         self._key = key
