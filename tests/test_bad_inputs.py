@@ -29,7 +29,7 @@ from spak.results.jsonl import read_results
 from spak import sim
 from spak.gpu.plan import plan_fmha
 from spak import cli
-from spak.report import build as report
+import spak.cli.report as report
 from spak.tune import choose as store
 from spak.tune import sweep
 from spak.tune import store as tuned
@@ -569,7 +569,7 @@ def test_sweep_resume_skips_a_result_row_without_its_keys():
 
 
 def test_plan_gpu_results_reader_survives_a_corrupt_file(tmp_path):
-    from spak.recipe.runner import read_jsonl
+    from spak.recipe.machine import read_result_files as read_jsonl
     p = tmp_path / "gpu.jsonl"
     p.write_bytes(json.dumps(GOOD_ROWS[0]).encode() + b"\n\xff\xfe\x80 torn\n{\"a\": ")
     assert read_jsonl([p]) == [GOOD_ROWS[0]]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spak.report import build as report
+import spak.cli.report as report
+from spak.report.load import load_rows, sections
+from spak.report.tables import markdown
 
 GPU = "NVIDIA H100 80GB HBM3"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -166,13 +168,13 @@ def test_run_results_are_read_too(tmp_path):
                      "tiles": {"TILE_M": 64, "TILE_N": 128} if prov == "spak-fused" else None})
     rows.append({"schema": "spak.run/1", "provider": "matmul-fp16-8192", "tflops": 700})
     res = _write(tmp_path / "run.jsonl", rows)
-    loaded = report.load_rows([res])
+    loaded = load_rows([res])
     assert len(loaded) == 3
-    secs = report.sections(loaded)
+    secs = sections(loaded)
     (cases,) = secs.values()
     c = cases["4x16x4096x128/fp16/causal"]
     assert c["tuned"]["tflops"] == 410.0 and c["sdpa-cudnn"]["tflops"] == 450.0
-    md = report.markdown(loaded, sources=["run.jsonl"], plots={}, leaderboard=None)
+    md = markdown(loaded, sources=["run.jsonl"], plots={}, leaderboard=None)
     assert "| 4x16x4096x128 | 128 | yes | **410.0** | run 64x128 |" in md
     assert "0.911" in md                                  # tuned / cuDNN
 
@@ -182,5 +184,5 @@ def test_later_rows_replace_earlier_ones(tmp_path):
              cfg={"TILE_M": 64, "TILE_N": 64, "occupancy": 1, "num_ctas": None})
     b = dict(a, status="ok", tflops=123.0)
     res = _write(tmp_path / "x.jsonl", [a, b])
-    (r,) = report.load_rows([res])
+    (r,) = load_rows([res])
     assert r["status"] == "ok" and r["tflops"] == 123.0

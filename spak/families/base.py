@@ -20,14 +20,34 @@ checked against its float64 reference with the family's gate for the problem's d
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from spak.core.errors import ShapeError
 from spak.core.metrics import max_abs, nonfinite_count, rel_l2
 
-__all__ = ["KernelFamily", "ShapeError"]
+__all__ = ["KernelFamily", "ReportPlace", "ShapeError"]
+
+
+class ReportPlace(NamedTuple):
+    """Where `spak report` puts one problem (`KernelFamily.report_place`).
+
+    Problems with the same ``group`` share one configs x shapes table and one plot panel,
+    shown as ``heading`` (table), ``title`` (plot panel) and ``tag`` (file names).
+    ``columns`` are the provider table's per-shape cells: (header, text, markdown
+    alignment). ``size`` is the problem's place on the plot's x axis (titled ``axis``);
+    ``sized``: the size alone names the shape in its group's table ("S=512"). ``order``
+    sorts the problems in the report."""
+    group: tuple
+    heading: str
+    title: str
+    tag: str
+    columns: tuple
+    size: Optional[int]
+    sized: bool
+    axis: str
+    order: tuple
 
 
 class KernelFamily:
@@ -165,6 +185,53 @@ class KernelFamily:
         JIT specialisation, whose ``unit_id`` names the cubin (jobs with the same unit_id
         share it); or None: the worker compiles on its first launch. Default: None."""
         return None
+
+    # ------------------------------------------------------- plans and reports
+    #: a shape in the family's grammar, for messages ("... nor a shape such as 1x8x128x64")
+    example_shape: str = ""
+    #: the metric as reports define it, one line, e.g. "TFLOPS = 4·B·Hq·Sq·Sk·D / time"
+    metric_definition: str = ""
+    #: the peers `spak report` puts beside ours, in column order (empty: every peer)
+    compared_peers: tuple[str, ...] = ()
+    #: the peers together, for figure titles ("SPAK fused vs PyTorch SDPA")
+    peers_name: str = "peers"
+
+    @property
+    def tile_keys(self) -> tuple[str, ...]:
+        """The tile sizes among `space_keys` (e.g. TILE_M, TILE_N): the keys of a plan
+        step's ``tiles`` table and of `spak run --tiles`."""
+        return tuple(k for k in self.space_keys if "TILE" in k)
+
+    def check_shape_item(self, text: str) -> None:
+        """One item of a plan's shape list: a set name or one shape; raises ShapeError, which
+        says "neither a shape set nor a shape" for a text that looks like neither (no "x")."""
+        item = text.strip()
+        if item.lower() in self.shape_sets:
+            return
+        try:
+            self.check_shape_text(item)
+        except ShapeError:
+            if "x" not in item.lower():
+                like = f"such as {self.example_shape}" if self.example_shape else \
+                    f"of the {self.name} family"
+                raise ShapeError(f"{item!r} is neither a shape set "
+                                 f"({', '.join(self.shape_sets)}) nor a shape {like}") from None
+            raise
+
+    def peer_label(self, peer: str) -> str:
+        """A peer's name in report tables and plot legends (default: the provider name)."""
+        return peer
+
+    def report_place(self, problem) -> "ReportPlace":
+        """Where `spak report` puts the problem among its tables and plots. Default: one
+        group per causal flag, shapes in case order, no size axis."""
+        causal = bool(getattr(problem, "causal", False))
+        return ReportPlace(
+            group=(("causal", causal),), heading="causal" if causal else "non-causal",
+            title=f"{self.title}, {'causal' if causal else 'non-causal'}",
+            tag="causal" if causal else "noncausal",
+            columns=(("causal", "yes" if causal else "no", ":---:"),),
+            size=None, sized=False, axis="Shape", order=(causal, problem.case_id))
 
     # ------------------------------------------------------------ the CPU loop
     def sim_case(self, kernel: str, problem, *, tiles=None, model: str = "sm_90",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from spak.attention import problems as P
 from spak.core.metrics import gate_for
-from spak.families.base import KernelFamily
+from spak.families.base import KernelFamily, ReportPlace
 
 
 class FmhaForward(KernelFamily):
@@ -216,5 +216,35 @@ class FmhaForward(KernelFamily):
         from spak.tune.jobs import attention_compile_unit
         return attention_compile_unit(kernel, problem, config, config_id)
 
+    # plans and reports
+    example_shape = "1x8x128x64"
+    metric_definition = "TFLOPS = 4·B·Hq·Sq·Sk·D / time (halved for causal with Sq = Sk)"
+    compared_peers = ("sdpa-cudnn", "sdpa-flash")
+    peers_name = "PyTorch SDPA"
+
+    def peer_label(self, peer: str) -> str:
+        return PEER_LABELS.get(peer, peer)
+
+    def report_place(self, problem) -> ReportPlace:
+        return attention_report_place(problem, "Forward")
+
+
+#: provider -> its name in report tables and legends
+PEER_LABELS = {"sdpa-cudnn": "SDPA cuDNN", "sdpa-flash": "SDPA flash",
+               "sdpa-efficient": "SDPA efficient"}
+
+
+def attention_report_place(problem, pass_name: str) -> ReportPlace:
+    """Reports of attention problems: one table and plot panel per (head dim, causal),
+    shapes along the sequence length (the FlashAttention papers' figure layout)."""
+    d, causal = problem.D, problem.causal
+    return ReportPlace(
+        group=(("D", d), ("causal", causal)),
+        heading=f"D={d}, {'causal' if causal else 'non-causal'}",
+        title=f"{pass_name}, {'with' if causal else 'without'} causal mask, head dim {d}",
+        tag=f"d{d}-{'causal' if causal else 'noncausal'}",
+        columns=(("D", str(d), "---:"), ("causal", "yes" if causal else "no", ":---:")),
+        size=problem.Sk, sized=problem.Sq == problem.Sk, axis="Sequence length",
+        order=(d, causal, problem.Sk, problem.Sq, problem.B, problem.case_id))
 
 FAMILY = FmhaForward()
