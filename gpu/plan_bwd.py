@@ -23,8 +23,8 @@ from .plan import (MAX_TILE, MIN_TILE, Launch, _cdiv, _check_bool, _check_contig
                    _check_int, _check_mask, _check_qkvo, _check_scale, _dtype_name, _launch,
                    _resolve_alloc, _shape, _tile_width, check_rows)
 
-__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "default_bwd_tiles",
-           "plan_fmha_bwd", "preprocess_tile_m"]
+__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "check_bwd_tiles",
+           "default_bwd_tiles", "plan_fmha_bwd", "preprocess_tile_m"]
 
 BWD_KERNELS = ("fused",)
 #: Launch names, in launch order.
