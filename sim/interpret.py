@@ -9,8 +9,8 @@ the simulator, so existing host code runs on a CPU with CPU tensors or numpy arr
 `stream` is ignored (the simulator runs launches one after another). Arrays: numpy
 arrays, and torch CPU tensors (shared with the kernel, no copy; bfloat16 tensors are
 copied in and written back after the launch). A CUDA tensor raises: pass CPU tensors.
-Host code that calls `torch.cuda.current_stream()` needs a CUDA build of torch; pass
-`None` as the stream instead. Breakpoints and `print`/`ct.printf` work inside kernels:
+On a torch without CUDA, `torch.cuda.current_stream()` returns None while enabled, so
+host code written for the GPU (NVIDIA's samples) runs when it has no `is_cuda` checks. Breakpoints and `print`/`ct.printf` work inside kernels:
 the kernel's own Python body runs, one block (or one lock-step group of blocks) at a time.
 """
 from __future__ import annotations
@@ -23,22 +23,41 @@ import cuda.tile as ct
 from . import dtypes
 from .memory import SimArray
 
-_state = {"real": None, "options": {}}
+_state = {"real": None, "options": {}, "stream": None}
 
 
-def enable(*, model="sm_90", check=True, mode="auto") -> None:
-    """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options)."""
+def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True) -> None:
+    """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
+
+    cpu_stream: on a torch without CUDA, `torch.cuda.current_stream()` (which NVIDIA's
+    samples pass to ct.launch) returns None instead of raising, until disable()."""
     if _state["real"] is None:
         _state["real"] = ct.launch
     _state["options"] = {"model": model, "check": check, "mode": mode}
     ct.launch = launch
+    if cpu_stream and _state["stream"] is None:
+        _shim_torch_stream()
+
+
+def _shim_torch_stream():
+    try:
+        import torch  # lazily: sim/ never needs torch, host code that uses it does
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        _state["stream"] = torch.cuda.current_stream
+        torch.cuda.current_stream = lambda device=None: None
 
 
 def disable() -> None:
-    """Give `cuda.tile.launch` back to cuTile."""
+    """Give `cuda.tile.launch` back to cuTile (and torch its current_stream)."""
     if _state["real"] is not None:
         ct.launch = _state["real"]
         _state["real"] = None
+    if _state["stream"] is not None:
+        import torch
+        torch.cuda.current_stream = _state["stream"]
+        _state["stream"] = None
 
 
 def is_enabled() -> bool:
@@ -70,22 +89,27 @@ def _as_sim(a, i, write_back):
     if a.device.type != "cpu":
         raise TypeError(f"ct.launch (spak sim interpreter): argument {i} is on {a.device}; "
                         "the simulator runs on CPU tensors (tensor.cpu()) or numpy arrays")
-    if not a.is_contiguous():
-        raise ValueError(f"ct.launch (spak sim interpreter): argument {i} is not contiguous; "
-                         "a copy would not receive the kernel's stores")
     dt = dtypes.as_ct_dtype(a.dtype)
     t = a.detach()
     if dt == ct.bfloat16:
-        arr = SimArray(t.float().numpy().copy(), ct.bfloat16, name=f"arg{i}")
+        arr = SimArray(t.float().contiguous().numpy().copy(), ct.bfloat16, name=f"arg{i}")
         write_back.append((a, arr))
         return arr
+    if not t.is_contiguous():
+        # a strided view (e.g. one half of a chunk): the simulator views the same memory
+        return SimArray.strided(t.numpy() if dt not in dtypes.FP8 else _fp8_codes(t), dt,
+                                name=f"arg{i}")
     if dt in dtypes.FP8:
-        import torch  # only reached with a torch tensor in hand
-        return SimArray(t.view(torch.uint8).numpy(), dt, name=f"arg{i}")   # codes, shared
+        return SimArray(_fp8_codes(t), dt, name=f"arg{i}")   # codes, shared
     if dt not in dtypes.STORAGE:
         raise TypeError(f"ct.launch (spak sim interpreter): argument {i} has dtype {a.dtype}, "
                         "which the simulator does not hold")
     return t.numpy()
+
+
+def _fp8_codes(t):
+    import torch  # only reached with a torch tensor in hand
+    return t.view(torch.uint8).numpy()
 
 
 def _copy_back(tensor, arr):

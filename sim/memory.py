@@ -81,6 +81,27 @@ class SimArray:
             root._owner = np.full(root.data.size, -1, np.int64)
         return root._owner[self._offset:]
 
+    @classmethod
+    def strided(cls, arr: np.ndarray, dtype=None, name: str | None = None) -> "SimArray":
+        """A non-contiguous numpy array (positive strides) as a view sharing its memory, as
+        cuTile takes strided tensors (interpreter mode passes torch views this way)."""
+        if any(st < 0 or st % arr.itemsize for st in arr.strides):
+            raise ValueError(f"array {name or ''}: negative or unaligned strides {arr.strides} "
+                             "are not supported by the simulator")
+        span = 1 + sum((n - 1) * st // arr.itemsize for n, st in zip(arr.shape, arr.strides))
+        flat = np.lib.stride_tricks.as_strided(arr, shape=(max(span, 1),), strides=(arr.itemsize,))
+        root = cls(flat, dtype, name)
+        return root._view(0, arr.shape, tuple(st // arr.itemsize for st in arr.strides),
+                          name or "array")
+
+    def owner_view(self):
+        """The write record at this array's own elements (its shape), or None."""
+        root = self._root
+        if root._owner is None:
+            return None
+        return np.lib.stride_tricks.as_strided(root._owner[self._offset:], self._shape,
+                                               tuple(st * 8 for st in self._strides))
+
     def __repr__(self):
         return f"SimArray({self.name}, shape={self.shape}, dtype={self.dtype.name})"
 
@@ -599,11 +620,12 @@ def _unlinear(i, grid):
 def unwritten_findings(arrays) -> list[str]:
     out = []
     for a in arrays:
-        if a.owner is None:
+        own = a.owner_view()
+        if own is None:
             continue
-        missing = np.flatnonzero(a.owner == -1)
+        missing = np.flatnonzero(own == -1)
         if missing.size:
             first = np.unravel_index(int(missing[0]), a.shape)
-            out.append(f"unwritten: {missing.size} of {a.data.size} elements of output "
+            out.append(f"unwritten: {missing.size} of {own.size} elements of output "
                        f"'{a.name}' were written by no block (first at index {tuple(int(x) for x in first)})")
     return out

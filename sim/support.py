@@ -143,7 +143,9 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "grid_dependency_control_launch_dependents": (EXACT, "no-op (only lets a dependent launch start early)"),
     # --- host side --------------------------------------------------------------------------------
     "launch": (HOST, "interpreter mode: sim.enable() / SPAK_SIM=1 / python -m spak.sim makes it "
-                     "run sim.launch on CPU tensors or numpy arrays; inside a kernel it raises"),
+                     "run sim.launch on CPU tensors (strided views, bf16, fp8) or numpy arrays, "
+                     "with torch.cuda.current_stream() returning None on a CPU torch; inside a "
+                     "kernel it raises"),
     "compiler_timeout": (HOST, "context manager; nothing is compiled"),
     "foreign_pointer_dtype": (HOST, "dtype factory passes through; foreign pointers themselves "
                                     "(Array.foreign_pointer, Array.from_foreign) are unsupported"),

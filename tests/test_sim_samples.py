@@ -251,3 +251,25 @@ def test_interpreter_mode_runs_ct_launch_on_cpu_tensors(rng):
     assert not sim.is_enabled() and ct.launch is not sim.interpret.launch
     assert torch.equal(out, a + b)
     assert torch.equal(y, x.T)                     # bf16 written back to the tensor
+
+
+@ct.kernel
+def halves_product(A, B, OUT, TN: C):
+    r = ct.bid(0)
+    ct.store(OUT, (r, 0), ct.load(A, (r, 0), (1, TN)) * ct.load(B, (r, 0), (1, TN)))
+
+
+def test_interpreter_mode_takes_strided_views_and_gpu_style_host_code(rng):
+    ab = torch.from_numpy(rng.standard_normal((6, 64)).astype(np.float32))
+    a, b = ab.chunk(2, dim=-1)                     # strided views of one buffer
+    out = torch.zeros(6, 32)
+    sim.enable()
+    try:
+        # host code written for the GPU: passes torch.cuda.current_stream() (None here)
+        ct.launch(torch.cuda.current_stream(), (6,), halves_product, (a, b, out, 32))
+    finally:
+        sim.disable()
+    assert torch.equal(out, a * b)
+    if not torch.cuda.is_available():
+        with pytest.raises((AssertionError, RuntimeError)):
+            torch.cuda.current_stream()            # restored after disable()
