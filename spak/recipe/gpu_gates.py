@@ -172,33 +172,47 @@ def _matching(step, floor, rows: list[ResultRow]) -> list[ResultRow]:
     return out
 
 
-def _run_floor_gates(book, step, arch, ours, how, profile) -> None:
-    from spak.device.archs import percent_of_ceiling, percent_of_peak
-    fam = step.kernel_family
-    unit = fam.metric
-    floors = [f for f in step.floors if f.arch == arch]
-    for f in floors:
-        match = _matching(step, f, ours)
+def _floor_gates(book, step, arch, rows, how, nothing: str, describe) -> None:
+    """One throughput gate per floor of the arch: the slowest of the rows whose problems
+    the floor judges, against it (``describe(floor, slowest, matching)``: what was
+    measured; ``nothing``: what to say when no row matches)."""
+    unit = step.kernel_family.metric
+    for f in (x for x in step.floors if x.arch == arch):
+        match = _matching(step, f, rows)
         if not match:
-            book.add(step, "gpu", "Throughput", floor_goal(f, unit), how,
-                     "no timed shape matches this floor", floor_status(False, f.verified),
-                     arch=arch, source=f.source, verified=f.verified)
+            book.add(step, "gpu", "Throughput", floor_goal(f, unit), how, nothing,
+                     floor_status(False, f.verified), arch=arch, source=f.source,
+                     verified=f.verified)
             continue
         low = min(match, key=lambda r: r.value(unit))
+        book.add(step, "gpu", "Throughput", floor_goal(f, unit), how, describe(f, low, match),
+                 floor_status(low.value(unit) >= f.floor, f.verified), arch=arch,
+                 source=f.source, verified=f.verified)
+
+
+def _peak_share(t: float, profile, unit: str, dtype: str) -> Optional[str]:
+    """"44% of NVIDIA H200 SXM 141GB peak" (TFLOPS on a known GPU), else None."""
+    from spak.device.archs import percent_of_peak
+    if profile is None or unit != "TFLOPS":
+        return None
+    return f"{percent_of_peak(t, profile, dtype):.0f}% of {profile.name} peak"
+
+
+def _run_floor_gates(book, step, arch, ours, how, profile) -> None:
+    from spak.device.archs import percent_of_ceiling
+    unit = step.kernel_family.metric
+
+    def describe(f, low, match):
         t = low.value(unit)
-        extra = []
-        if profile is not None and unit == "TFLOPS":
-            extra.append(f"{percent_of_peak(t, profile, f.dtype):.0f}% of {profile.name} peak")
         pc = percent_of_ceiling(t, low.ceiling_tflops) if unit == "TFLOPS" else None
-        if pc is not None:
-            extra.append(f"{pc:.0f}% of the run's matmul ceiling")
-        measured = (f"min {t:.1f} {unit} ({low.case}) over {len(match)} shapes, max "
-                    f"{max(r.value(unit) for r in match):.1f}"
-                    + (f"; {', '.join(extra)}" if extra else ""))
-        book.add(step, "gpu", "Throughput", floor_goal(f, unit), how, measured,
-                 floor_status(t >= f.floor, f.verified), arch=arch, source=f.source,
-                 verified=f.verified)
-    if not floors and step.gpu.get("timed_shapes"):
+        extra = [x for x in (_peak_share(t, profile, unit, f.dtype),
+                             None if pc is None else f"{pc:.0f}% of the run's matmul ceiling")
+                 if x]
+        return (f"min {t:.1f} {unit} ({low.case}) over {len(match)} shapes, max "
+                f"{max(r.value(unit) for r in match):.1f}"
+                + (f"; {', '.join(extra)}" if extra else ""))
+    _floor_gates(book, step, arch, ours, how, "no timed shape matches this floor", describe)
+    if not any(f.arch == arch for f in step.floors) and step.gpu.get("timed_shapes"):
         timed = [r for r in ours if r.value(unit)]
         if timed:
             best = max(timed, key=lambda r: r.value(unit))
@@ -231,7 +245,6 @@ def _best_per_case(step, rows) -> tuple[dict, dict, int]:
 def judge_sweep_rows(book: GateBook, step, arch: str, rows, *, gpu_info=None) -> None:
     """The sweep step's GPU gates on `spak sweep` rows: tuned vs default, and the floors
     on the best config per shape."""
-    from spak.device.archs import percent_of_peak
     fam = step.kernel_family
     unit = fam.metric
     how = f"spak sweep --kernel {step.kernel}"
@@ -239,23 +252,15 @@ def judge_sweep_rows(book: GateBook, step, arch: str, rows, *, gpu_info=None) ->
     if "tuned_vs_default" in step.gpu:
         _tuned_gate(book, step, arch, best, default, failed, how)
     profile = _profile(gpu_info)
-    for f in (x for x in step.floors if x.arch == arch):
-        match = _matching(step, f, list(best.values()))
-        if not match:
-            book.add(step, "gpu", "Throughput", floor_goal(f, unit), how,
-                     "no swept shape matches this floor", floor_status(False, f.verified),
-                     arch=arch, source=f.source, verified=f.verified)
-            continue
-        low = min(match, key=lambda r: r.value(unit))
+
+    def describe(f, low, match):
         t = low.value(unit)
-        pct = (f"; {percent_of_peak(t, profile, f.dtype):.0f}% of {profile.name} peak"
-               if profile is not None and unit == "TFLOPS" else "")
+        share = _peak_share(t, profile, unit, f.dtype)
         tiles = tiles_label({k: low.config.get(k) for k in fam.tile_keys})
-        book.add(step, "gpu", "Throughput", floor_goal(f, unit), how,
-                 f"min best {t:.1f} {unit} ({low.case}, {tiles}) over {len(match)} shapes, "
-                 f"max {max(r.value(unit) for r in match):.1f}{pct}",
-                 floor_status(t >= f.floor, f.verified), arch=arch, source=f.source,
-                 verified=f.verified)
+        return (f"min best {t:.1f} {unit} ({low.case}, {tiles}) over {len(match)} shapes, "
+                f"max {max(r.value(unit) for r in match):.1f}" + (f"; {share}" if share else ""))
+    _floor_gates(book, step, arch, list(best.values()), how,
+                 "no swept shape matches this floor", describe)
 
 
 def _tuned_gate(book, step, arch, best, default, failed, how) -> None:
