@@ -306,3 +306,22 @@ def test_fp8_arrays_mma_and_saturating_conversion(rng):
     sat = decode(encode(np.array([1e6, -1e6, np.inf, 464.0, 0.0]), ct.float8_e4m3fn), ct.float8_e4m3fn)
     np.testing.assert_array_equal(sat, [448, -448, 448, 448, 0])
     assert np.isnan(decode(encode(np.array([np.nan]), ct.float8_e4m3fn), ct.float8_e4m3fn)).all()
+
+
+@ct.kernel
+def host_level(X, Y, N: C):
+    if N > 8:
+        raise ct.static_exception(ValueError(f"N={N} is too big"))
+    ct.grid_dependency_control_wait()
+    with ct.compiler_timeout(5):
+        x = ct.load(X, (0,), (N,))
+    ct.grid_dependency_control_launch_dependents()
+    ct.store(Y, (0,), x + 1)
+
+
+def test_static_exception_and_launch_control_ops():
+    x, y = np.arange(16, dtype=np.float32), np.zeros(16, np.float32)
+    sim.launch(host_level, (1,), (x, y, 8), check_unwritten=False)
+    np.testing.assert_array_equal(y[:8], x[:8] + 1)
+    with pytest.raises(ValueError, match="N=16 is too big"):
+        sim.launch(host_level, (1,), (x, y, 16))
