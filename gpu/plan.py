@@ -117,10 +117,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     if has_mask:
         _check_mask(mask, B, Hq, Sq, Sk)
     if lse is not None:
-        if kernel_name != "fused":
-            raise ValueError(f"lse is computed by the 'fused' kernel only, not by "
-                             f"{kernel_name!r}")
-        check_rows("lse", lse, B, Hq, Sq)
+        _check_lse(kernel_name, lse, B, Hq, Sq)
 
     if B * Hq * Sq == 0:
         return []
@@ -270,6 +267,12 @@ def _check_mask(mask, B, Hq, Sq, Sk):
     if name != "float32":
         raise TypeError(f"mask dtype must be float32, got {name}")
     _check_contiguous("mask", mask)
+
+
+def _check_lse(kernel_name, lse, B, Hq, Sq):
+    if kernel_name != "fused":
+        raise ValueError(f"lse is computed by the 'fused' kernel only, not by {kernel_name!r}")
+    check_rows("lse", lse, B, Hq, Sq)
 
 
 def check_rows(name, x, B, Hq, Sq):
