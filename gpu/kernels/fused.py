@@ -100,8 +100,9 @@ def _head_coords(bid_bh, Q, K):
 # --------------------------------------------------------------------------------------
 # One block: load Q once, stream K/V tiles, normalise, store.
 # --------------------------------------------------------------------------------------
-# long: one block's whole forward in reading order; its steps are helpers (_scores,
-# _online_softmax_step, _store_lse), what is left is loop bounds and the two loops
+# Its steps are helpers (_scores, _online_softmax_step, _store_lse); what is left reads
+# top to bottom: set-up, loop bounds, the two loops, the store.
+# long: one block's whole forward, in reading order
 def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
                     LAT_K, LAT_V, WRITE_LSE):
