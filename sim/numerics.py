@@ -10,6 +10,12 @@ numpy alike, so they need no model.
 core's truncating k16 fused sums and the row-sum tree bit for bit, exp2 and approximate
 division declared approximate until ci/numerics_tables.py records the MUFU tables.
 
+`Sm120` ("sm_120", RTX 5070) and `Sm89` ("sm_89", L4) are not measured: their tensor-core
+arithmetic is MMA-Sim's for those GPUs (checked bit for bit by tests/test_mmasim_oracle.py;
+sm_89 differs: 8-term steps, 24 bits), their compiler facts are read from the cubins'
+SASS (ci/sass_trace_mma.py; sm_120 sums a loaded row's lane chunks in another order), and
+the MUFU tables are sm_90's, assumed (docs/numerics-sm120.md, docs/numerics-sm89.md).
+
 `Sm90v0` ("sm_90-v0") is the first declared model. What it assumes, and what is not yet calibrated
 against the hardware (the bit-exact issue replaces these with measured behaviour):
   * mma: products of fp16/bf16 operands are exact; the whole K sum plus the accumulator
