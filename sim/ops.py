@@ -370,18 +370,32 @@ def _unary(fn):
     return f
 
 
+_UNARY_MODES = {"exp": (ct.RoundingMode.FULL, ct.RoundingMode.APPROX),
+                "tanh": (ct.RoundingMode.FULL, ct.RoundingMode.APPROX),
+                "sqrt": _ARITH_MODES + (ct.RoundingMode.APPROX,), "rsqrt": ()}
+_LOG2E = np.float32(1.4426950408889634)
+
+
 def _unary_options(fn, x, rounding_mode, flush_to_zero):
-    """sqrt with RZ/RM/RP (exact, sim.rounding) and flush_to_zero on sqrt/rsqrt (inputs
-    and results flushed around the model's value); approximate modes are not modelled."""
+    """sqrt with RZ/RM/RP (exact, sim.rounding); flush_to_zero on sqrt/rsqrt (inputs and
+    results flushed around the model's value); APPROX (semantics only): exp as the model's
+    exp2 of fl32(x * log2 e), the ex2.approx formulation; tanh and sqrt correctly rounded,
+    more accurate than the GPU's tanh.approx / sqrt.approx (docs/sim-coverage.md)."""
     from . import rounding
     x = _float_in(x)
-    if fn not in ("sqrt", "rsqrt") or rounding_mode in (ct.RoundingMode.APPROX,) \
-            or (fn == "rsqrt" and rounding_mode is not None):
+    if fn not in _UNARY_MODES:
         raise SimNotSupported(f"ct.{fn}: rounding_mode={rounding_mode} "
                               f"flush_to_zero={flush_to_zero} is not modelled")
-    _check_rd_ftz(fn, x.dtype, rounding_mode, flush_to_zero, _ARITH_MODES)
-    v = rounding.ftz(x.v) if flush_to_zero else x.v
+    _check_rd_ftz(fn, x.dtype, rounding_mode, flush_to_zero, _UNARY_MODES[fn])
+    if rounding_mode is ct.RoundingMode.APPROX and x.dtype != ct.float32:
+        raise SimTypeError(f"ct.{fn}: rounding_mode=APPROX is only valid for float32")
     model = current().model
+    if rounding_mode is ct.RoundingMode.APPROX and fn == "exp":
+        t = np.multiply(x.v, _LOG2E, dtype=np.float32)
+        return Tile(model.exp2(t, x.dtype, False), x.dtype, layout=x.layout)
+    if fn in ("exp", "tanh") or rounding_mode is ct.RoundingMode.APPROX:
+        return Tile(model.unary(fn, x.v, x.dtype), x.dtype, layout=x.layout)
+    v = rounding.ftz(x.v) if flush_to_zero else x.v
     if rounding_mode in (None, ct.RoundingMode.RN):
         r = model.unary(fn, v, x.dtype)
     else:

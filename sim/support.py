@@ -126,15 +126,18 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "exp2": (MODEL, "fp32 flush_to_zero=True: MUFU.EX2 table, 100% on the " + _PROBE +
                     "; without flush_to_zero: correctly rounded (the GPU's ex2.approx: "
                     "not bit-exact)"),
-    "exp": (SEM, _CR),
+    "exp": (SEM, _CR + "; APPROX: the model's exp2 of fl32(x * log2 e) (ex2.approx's formulation, "
+                   "unverified)"),
     "log": (SEM, _CR),
     "log2": (SEM, _CR),
     "sqrt": (SEM, "correctly rounded (IEEE sqrt.rn; unverified that cuTile's default lowers "
-                  "to it); RZ/RM/RP exact; flush_to_zero; APPROX unsupported"),
+                  "to it); RZ/RM/RP exact; flush_to_zero; APPROX: correctly rounded, more "
+                  "accurate than the GPU's sqrt.approx"),
     "rsqrt": (SEM, _CR + "; flush_to_zero supported"),
     "sin": (SEM, _CR), "cos": (SEM, _CR), "tan": (SEM, _CR),
     "sinh": (SEM, _CR), "cosh": (SEM, _CR),
-    "tanh": (SEM, _CR + "; rounding_mode APPROX unsupported"),
+    "tanh": (SEM, _CR + "; APPROX: correctly rounded, more accurate than the GPU's "
+                    "tanh.approx (about 2^-11 relative error)"),
     # --- debugging and launch control -------------------------------------------------------------
     "printf": (EXACT, "per block, prefixed with the block id"),
     "print": (EXACT, "per block, prefixed with the block id"),

@@ -325,3 +325,19 @@ def test_static_exception_and_launch_control_ops():
     np.testing.assert_array_equal(y[:8], x[:8] + 1)
     with pytest.raises(ValueError, match="N=16 is too big"):
         sim.launch(host_level, (1,), (x, y, 16))
+
+
+@ct.kernel
+def approx_unary(X, E, T, N: C):
+    x = ct.load(X, (0,), (N,))
+    ct.store(E, (0,), ct.exp(x, rounding_mode=RM.APPROX))
+    ct.store(T, (0,), ct.tanh(x, rounding_mode=RM.APPROX))
+
+
+def test_approximate_exp_and_tanh(rng):
+    x = (rng.standard_normal(64) * 4).astype(np.float32)
+    e, t = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    sim.launch(approx_unary, (1,), (x, e, t, 64))
+    arg = x * np.float32(1.4426950408889634)          # rounded to float32, as ex2.approx takes it
+    np.testing.assert_array_equal(e, np.exp2(arg.astype(np.float64)).astype(np.float32))
+    np.testing.assert_allclose(t, np.tanh(x.astype(np.float64)), rtol=1e-6, atol=0)
