@@ -580,3 +580,98 @@ def test_gpu_gates_from_recorded_results(tiny, tmp_path, capsys):
     other = [g for g in doc["gates"] if g["loop"] == "gpu" and g["arch"] == "sm_120"]
     assert all(g["measured"] == "no results recorded for this arch" for g in other)
     assert "not run by this invocation" in (out / "report.md").read_text()
+
+
+# ------------------------------------------------------------------ kernel families
+
+BWD_STEP = """
+[[steps]]
+id = "backward"
+title = "backward kernel"
+kind = "kernel"
+family = "fmha_bwd"
+kernel = "fused"
+shapes = ["1x2x17x32/fp16/causal"]
+[steps.gates.cpu]
+rel_l2 = { fp16 = 1e-3, bf16 = 8e-3 }
+[steps.gates.gpu]
+rel_l2 = { fp16 = 1e-3, bf16 = 8e-3 }
+"""
+
+
+def test_steps_belong_to_a_family(real_doc):
+    plan = load_plan()
+    assert {s.family for s in plan.steps} == {"fmha_fwd"}          # absent: the forward
+    assert {sp.family for sp in plan.sweep.values()} == {"fmha_fwd"}
+    doc = copy.deepcopy(real_doc)
+    doc["steps"][1]["family"] = "fmha_fwd"
+    assert parse_plan(doc).step("naive").family == "fmha_fwd"
+    doc["steps"][1]["family"] = "fmha_fwdd"
+    one_error(doc, "steps[1].family", "unknown kernel family 'fmha_fwdd'", "fmha_bwd")
+    doc = copy.deepcopy(real_doc)
+    doc["steps"][1]["family"] = "fmha_bwd"           # the backward has no naive kernel
+    one_error(doc, "steps[1].kernel", "unknown kernel 'naive'; known kernels: fused")
+    doc = copy.deepcopy(real_doc)
+    doc["steps"][3]["family"] = "fmha_bwd"           # sweeps need the family's own space
+    one_error(doc, "steps[3].family", "[sweep.sm_90] is the fmha_fwd family's space")
+
+
+def test_a_sweep_space_has_its_family_keys(real_doc):
+    doc = copy.deepcopy(real_doc)
+    doc["sweep"]["sm_89"]["family"] = "fmha_bwd"
+    errs = errors_of(doc)
+    assert any(e.startswith("sweep.sm_89.DQ_TILE_M: missing") for e in errs), errs
+    assert any(e.startswith("sweep.sm_89.TILE_M: unknown key") for e in errs), errs
+    space = {"family": "fmha_bwd", "DKV_TILE_M": [64], "DKV_TILE_N": [32, 64],
+             "DQ_TILE_M": [64], "DQ_TILE_N": [48], "occupancy": [1], "num_ctas": [1]}
+    doc["sweep"]["sm_89"] = space
+    one_error(doc, "sweep.sm_89.DQ_TILE_N[0]", "48 is not a power of two")
+    del doc["steps"][3]                              # no forward sweep step left
+    doc["sweep"]["sm_89"]["DQ_TILE_N"] = [64]
+    sp = parse_plan(doc).sweep_space("sm_89")
+    assert sp.family == "fmha_bwd" and sp.DKV_TILE_N == (32, 64)
+    assert len(sp.configs()) == 2 and sp.tile_configs()[1] == {
+        "DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+
+
+def test_spak_plan_runs_one_family_through_it(tiny, tmp_path, capsys):
+    """--family keeps one family's steps; a backward step simulates dQ, dK, dV through the
+    fmha_bwd family (the worst output against its gate), and its GPU gates read only rows
+    of its own family."""
+    plan_file = tmp_path / "two.toml"
+    plan_file.write_text(tiny.read_text().split('[[steps]]\nid = "tuned"')[0] + BWD_STEP)
+    out = tmp_path / "rep"
+    assert cli.main(["plan", str(plan_file), "--family", "fmha_bwd", "--out", str(out),
+                     "--no-gpu"]) == 0, capsys.readouterr().out
+    doc = json.loads((out / "report.json").read_text())
+    assert {g["step"] for g in doc["gates"]} == {"backward"}
+    (case,) = doc["evidence"]["backward"]["cases"]
+    assert case["case"] == "1x2x17x32/fp16/causal" and 0 < case["rel_l2"] < 1e-3
+    assert "spak sim --family fmha_bwd" in doc["gates"][0]["how"]
+    plan = load_plan(plan_file)
+    runner = PlanRunner(plan, out_dir=tmp_path, log=lambda m: None,
+                        gpu_info={"present": True, "arch": "sm_90", "profile": "h100-sxm"})
+    fwd_row = _run_row("1x2x17x32/fp16/causal")                  # no family: the forward
+    bwd_row = dict(fwd_row, family="fmha_bwd", rel_l2=5e-3)      # above the gate
+    runner.judge_gpu_rows(plan.step("fused"), "sm_90", [fwd_row, bwd_row])
+    runner.judge_gpu_rows(plan.step("backward"), "sm_90", [fwd_row, bwd_row])
+    err = [g for g in runner.gates if g["metric"] == "Numerical error (GPU vs float64)"]
+    assert [(g["step"], g["status"]) for g in err] == [("fused", PASS), ("backward", FAIL)]
+    assert cli.main(["plan", str(tiny), "--family", "fmha_bwd", "--out", str(out)]) == 2
+
+
+def test_recorded_sweep_rows_of_either_schema_are_judged(tiny, tmp_path):
+    """Sweep files written before the package split say schema "spak.sweep/1"."""
+    case = "1x2x4096x64/fp16/noncausal"
+    rows = [{"schema": schema, "kind": "result", "gpu": "NVIDIA H200", "arch": "sm_90",
+             "provider": provider, "case": case, "status": "ok", "tflops": tflops,
+             "config": {"TILE_M": 64, "TILE_N": 64}}
+            for schema in ("spak.sweep/1", "spak.tune.sweep/1")
+            for provider, tflops in (("spak-fused-default", 400.0), ("spak-fused", 440.0))]
+    for part in (rows[:2], rows[2:]):
+        runner = PlanRunner(load_plan(tiny), out_dir=tmp_path, log=lambda m: None,
+                            compile=False, recorded=part, recorded_files=["sweep.jsonl"])
+        runner.run_gpu()
+        tuned = [g for g in runner.gates if g["metric"] == "Tuned >= default tiles"
+                 and g["arch"] == "sm_90"]
+        assert tuned[0]["status"] == PASS and "1.100" in tuned[0]["measured"]

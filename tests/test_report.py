@@ -186,3 +186,74 @@ def test_later_rows_replace_earlier_ones(tmp_path):
     res = _write(tmp_path / "x.jsonl", [a, b])
     (r,) = load_rows([res])
     assert r["status"] == "ok" and r["tflops"] == 123.0
+
+
+# ------------------------------------------------------------------ families and old rows
+
+def test_result_row_view_reads_old_and_new_rows():
+    from spak.results.rows import ResultRow
+    old = ResultRow({"schema": "spak.sweep/1", "kind": "result", "provider": "spak-fused",
+                     "case": "1x2x64x64/fp16/noncausal", "status": "ok", "tflops": 12.5})
+    assert old.command == "sweep" and old.family == "fmha_fwd" and old.is_spak
+    assert old.measure("TFLOPS") == 12.5 and old["tflops"] == 12.5 and old.D is None
+    assert ResultRow({"schema": "spak.tune.sweep/1"}).command == "sweep"
+    run = ResultRow({"schema": "spak.run/2", "family": "fmha_bwd", "provider": "sdpa-cudnn",
+                     "tflops": 0, "gbps": 900.0})
+    assert run.command == "run" and run.family == "fmha_bwd" and not run.is_spak
+    assert run.value("TFLOPS") is None and run.value("GB/s") == 900.0
+    assert run.measure("GB/s") is None                     # no status "ok": not a measurement
+    assert ResultRow({"status": "timeout"}).ok is False and ResultRow({}).ok is True
+    with pytest.raises(ValueError, match="unknown metric"):
+        run.value("FLOP/J")
+
+
+def test_sweep_rows_written_before_the_package_split_are_read(tmp_path):
+    rows = synthetic()
+    new = _write(tmp_path / "new.jsonl", rows)
+    old = _write(tmp_path / "old.jsonl", [dict(r, schema="spak.sweep/1") for r in rows])
+    md = [markdown(load_rows([p]), sources=["x"], plots={}, leaderboard=None)
+          for p in (new, old)]
+    assert md[0] == md[1] and "### Configs x shapes: D=64, non-causal" in md[0]
+
+
+def _bwd(rows):
+    """The same measurements as rows of the backward family."""
+    return [dict(r, family="fmha_bwd") for r in rows if r.get("kind") == "result"]
+
+
+def test_rows_of_several_families_are_reported_family_by_family(tmp_path, capsys):
+    fwd = synthetic()
+    bwd = [dict(r, tflops=r["tflops"] and r["tflops"] / 2) for r in _bwd(synthetic())]
+    res = _write(tmp_path / "both.jsonl", fwd + bwd)
+    loaded = load_rows([res])
+    assert len(loaded) == 2 * len(_bwd(fwd))                  # same case, other family
+    assert {k[1] for k in sections(loaded)} == {"fmha_fwd", "fmha_bwd"}
+    lb = tmp_path / "lb.json"
+    out = tmp_path / "r"
+    assert report.main([str(res), "--no-plots", "--out-dir", str(out), "--leaderboard",
+                        str(lb), "--update-leaderboard"]) == 0
+    md = (out / "report.md").read_text()
+    assert f"## {GPU} · fmha_fwd · kernel `fused` · fp16" in md
+    assert f"## {GPU} · fmha_bwd · kernel `fused` · fp16" in md
+    assert "| GPU | family | kernel |" in md
+    entries = json.loads(lb.read_text())["entries"]
+    fams = [e.get("family") for e in entries]
+    assert fams.count(None) == 12 and fams.count("fmha_bwd") == 12   # forward: no field
+    # --family keeps one family's rows; --check compares each family with its own entries
+    assert report.main([str(res), "--no-plots", "--family", "fmha_bwd", "--out-dir",
+                        str(tmp_path / "r2"), "--leaderboard", str(lb)]) == 0
+    md2 = (tmp_path / "r2" / "report.md").read_text()
+    assert "kernel `fused`" in md2 and "fmha_fwd ·" not in md2
+    slower_bwd = _write(tmp_path / "slow.jsonl", [dict(r, tflops=r["tflops"] and
+                                                       r["tflops"] * 0.8) for r in bwd])
+    capsys.readouterr()
+    assert report.main(["--check", str(slower_bwd), "--leaderboard", str(lb)]) == 1
+    assert report.main(["--check", str(res), "--leaderboard", str(lb)]) == 0
+    assert "24 shape(s)" in capsys.readouterr().out
+
+
+def test_rows_of_an_unknown_family_are_skipped_with_a_warning(tmp_path, capsys):
+    rows = [synthetic()[1], dict(synthetic()[1], family="fmha_nope")]
+    (good,) = load_rows([_write(tmp_path / "x.jsonl", rows)])
+    assert good.family == "fmha_fwd"
+    assert "unknown kernel family 'fmha_nope'" in capsys.readouterr().err

@@ -77,10 +77,12 @@ def load_rows(paths: Iterable, warn: Callable[[str], None] = None) -> list[Resul
     for p in paths:
         for n, raw in enumerate(read_results(p, warn=warn), 1):
             bad = row_problem(raw)
-            if bad is None and ResultRow(raw).family not in families.names():
-                bad = f"unknown kernel family {ResultRow(raw).family!r}"
             if bad:
                 warn(f"{p}: skipping malformed row {n} ({bad})")
+                continue
+            if ResultRow(raw).family not in families.names():
+                warn(f"{p}: skipping row {n} of unknown kernel family "
+                     f"{ResultRow(raw).family!r} (this SPAK knows {', '.join(families.names())})")
                 continue
             row = report_row(raw, repo_path(p))
             if row is None:
