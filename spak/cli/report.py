@@ -19,8 +19,9 @@ DESCRIPTION = """\
     spak report --check results/sweep-new.jsonl --tolerance 0.05   # regression gate
 
 Inputs: JSON-lines results of `spak sweep` (schema spak.sweep/1, or spak.tune.sweep/1) and
-of `spak run` (spak.run/1); lines of other kinds are skipped. When a (shape, provider,
-config) was measured more than once, the last line read counts (files in the order given).
+of `spak run` (spak.run/1, spak.run/2); lines of other kinds are skipped. When a (shape,
+provider, config) was measured more than once, the last line read counts (files in the
+order given).
 Each row belongs to a kernel family (its "family" field; absent: fmha_fwd), which says
 how its shapes are grouped, its metric (TFLOPS or GB/s) and its peers; rows of several
 families are reported family by family (--family keeps one).
