@@ -9,8 +9,9 @@ the simulator, so existing host code runs on a CPU with CPU tensors or numpy arr
 `stream` is ignored (the simulator runs launches one after another). Arrays: numpy
 arrays, and torch CPU tensors (shared with the kernel, no copy; bfloat16 tensors are
 copied in and written back after the launch). A CUDA tensor raises: pass CPU tensors.
-On a torch without CUDA, `torch.cuda.current_stream()` returns None while enabled, so
-host code written for the GPU (NVIDIA's samples) runs when it has no `is_cuda` checks. Breakpoints and `print`/`ct.printf` work inside kernels:
+On a torch without CUDA, `torch.cuda.current_stream()`, `get_device_capability()` and
+`get_device_properties()` answer as the simulated GPU while enabled, so host code written
+for the GPU (NVIDIA's samples, TileGym's ops) runs when it has no `is_cuda` checks. Breakpoints and `print`/`ct.printf` work inside kernels:
 the kernel's own Python body runs, one block (or one lock-step group of blocks) at a time.
 """
 from __future__ import annotations
@@ -26,37 +27,59 @@ from .memory import SimArray
 _state = {"real": None, "options": {}, "stream": None}
 
 
+# what host code asking torch.cuda about "the GPU" hears while a model is simulated:
+# (compute capability, SM count, name); SM counts of an H100 SXM, an RTX 5070 and an L4
+_GPUS = {"sm_90": ((9, 0), 132, "H100 (spak sim sm_90)"),
+         "sm_120": ((12, 0), 48, "RTX 5070 (spak sim sm_120)"),
+         "sm_89": ((8, 9), 58, "L4 (spak sim sm_89)")}
+
+
 def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True) -> None:
     """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
 
-    cpu_stream: on a torch without CUDA, `torch.cuda.current_stream()` (which NVIDIA's
-    samples pass to ct.launch) returns None instead of raising, until disable()."""
+    cpu_stream: on a torch without CUDA, the host-side queries GPU code makes answer as
+    the simulated GPU until disable(): `torch.cuda.current_stream()` gives None (what
+    NVIDIA's samples pass to ct.launch), `get_device_capability()` the model's arch
+    (sm_90: (9, 0)) and `get_device_properties()` its name and SM count.
+    `torch.cuda.is_available()` stays False."""
     if _state["real"] is None:
-        _state["real"] = ct.launch
+        _state["real"] = (ct.launch, ct.tune.exhaustive_search)
     _state["options"] = {"model": model, "check": check, "mode": mode}
     ct.launch = launch
+    ct.tune.exhaustive_search = exhaustive_search
     if cpu_stream and _state["stream"] is None:
-        _shim_torch_stream()
+        _shim_torch_cuda(model if isinstance(model, str) else getattr(model, "name", "sm_90"))
 
 
-def _shim_torch_stream():
+_SHIMMED = ("current_stream", "get_device_capability", "get_device_properties")
+
+
+def _shim_torch_cuda(model):
     try:
         import torch  # lazily: sim/ never needs torch, host code that uses it does
     except ImportError:
         return
-    if not torch.cuda.is_available():
-        _state["stream"] = torch.cuda.current_stream
-        torch.cuda.current_stream = lambda device=None: None
+    if torch.cuda.is_available():
+        return
+    import types
+    cap, sms, name = _GPUS.get(model, _GPUS["sm_90"])
+    props = types.SimpleNamespace(name=name, major=cap[0], minor=cap[1],
+                                  multi_processor_count=sms, total_memory=80 * 2**30)
+    _state["stream"] = {n: getattr(torch.cuda, n) for n in _SHIMMED}
+    torch.cuda.current_stream = lambda device=None: None
+    torch.cuda.get_device_capability = lambda device=None: cap
+    torch.cuda.get_device_properties = lambda device=None: props
 
 
 def disable() -> None:
-    """Give `cuda.tile.launch` back to cuTile (and torch its current_stream)."""
+    """Give `cuda.tile.launch` back to cuTile (and torch.cuda its functions)."""
     if _state["real"] is not None:
-        ct.launch = _state["real"]
+        ct.launch, ct.tune.exhaustive_search = _state["real"]
         _state["real"] = None
     if _state["stream"] is not None:
         import torch
-        torch.cuda.current_stream = _state["stream"]
+        for n, f in _state["stream"].items():
+            setattr(torch.cuda, n, f)
         _state["stream"] = None
 
 
@@ -77,6 +100,27 @@ def launch(stream, grid, kernel, kernel_args, /, *, programmatic_dependent_launc
     finally:
         for tensor, arr in write_back:
             _copy_back(tensor, arr)
+
+
+def exhaustive_search(search_space, stream, grid_fn, kernel, args_fn, hints_fn=None, *,
+                      quiet=False, single_run_timeout_sec=None, flush_l2=True):
+    """cuTile's autotuner, interpreted: a CPU cannot time a GPU kernel, so the first config
+    of the search space that runs on the simulator is the answer (its time is NaN)."""
+    from cuda.tile.tune import Measurement, TuningResult
+    failures = []
+    for cfg in search_space:
+        k = kernel if isinstance(kernel, ct.kernel) or not callable(kernel) else kernel(cfg)
+        try:
+            launch(stream, grid_fn(cfg), k, args_fn(cfg))
+        except Exception as e:  # noqa: BLE001 -- a config that fails is skipped, as cuTile does
+            failures.append((cfg, type(e), str(e)))
+            continue
+        best = Measurement(config=cfg, mean_us=float("nan"), num_samples=0,
+                           error_margin_us=float("nan"))
+        return TuningResult(best=best, successes=(best,), failures=tuple(failures))
+    cfg, exc, msg = failures[0] if failures else (None, ValueError, "empty search space")
+    raise ValueError(f"No valid config found in search space (spak sim interpreter).\n"
+                     f"Config: {cfg}\n{exc.__name__}: {msg}")
 
 
 def _is_torch_tensor(a) -> bool:

@@ -147,14 +147,15 @@ SUPPORT: dict[str, tuple[str, str]] = {
     # --- host side --------------------------------------------------------------------------------
     "launch": (HOST, "interpreter mode: sim.enable() / SPAK_SIM=1 / python -m spak.sim makes it "
                      "run sim.launch on CPU tensors (strided views, bf16, fp8) or numpy arrays, "
-                     "with torch.cuda.current_stream() returning None on a CPU torch; inside a "
-                     "kernel it raises"),
+                     "with torch.cuda's stream, capability and properties answering as the "
+                     "simulated GPU on a CPU torch; inside a kernel it raises"),
     "compiler_timeout": (HOST, "context manager; nothing is compiled"),
     "foreign_pointer_dtype": (HOST, "dtype factory passes through; foreign pointers themselves "
                                     "(Array.foreign_pointer, Array.from_foreign) are unsupported"),
     "kernel": (HOST, "decorator; sim.launch runs its Python function"),
     "function": (HOST, "decorator; runs as a Python function"),
-    "tune": (HOST, "autotuning module (GPU timing)"),
+    "tune": (HOST, "autotuning module; in interpreter mode exhaustive_search returns the "
+                   "first config that runs on the simulator (a CPU cannot time a GPU kernel)"),
     "compilation": (HOST, "compiler module"),
     # --- dtypes -------------------------------------------------------------------------------------
     "bool_": (EXACT, "dtype"), "int8": (EXACT, "dtype"), "int16": (EXACT, "dtype"),

@@ -273,3 +273,19 @@ def test_interpreter_mode_takes_strided_views_and_gpu_style_host_code(rng):
     if not torch.cuda.is_available():
         with pytest.raises((AssertionError, RuntimeError)):
             torch.cuda.current_stream()            # restored after disable()
+
+
+def test_interpreter_mode_autotuner_picks_the_first_config_that_runs(rng):
+    x = torch.from_numpy(rng.standard_normal((64, 96)).astype(np.float32))
+    y = torch.zeros(96, 64)
+    space = [(24, 32), (16, 32), (32, 32)]           # 24 is not a power of two: fails
+    sim.enable()
+    try:
+        res = ct.tune.exhaustive_search(space, torch.cuda.current_stream(),
+                                        lambda c: (64 // c[0], 96 // c[1]), transpose,
+                                        lambda c: (x, y, *c), quiet=True)
+        assert torch.cuda.get_device_capability() == (9, 0) or torch.cuda.is_available()
+    finally:
+        sim.disable()
+    assert res.best.config == (16, 32) and len(res.failures) == 1
+    assert torch.equal(y, x.T)
