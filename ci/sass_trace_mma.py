@@ -493,6 +493,38 @@ def loaded_sum_matches(expr, n, arch, rows=256, seed=0):
     return ok
 
 
+def analyse_naive_softmax(arch, head_dim=64):
+    """The naive kernel's softmax launch (rows of P = exp2((S - m) * log2e) loaded from
+    global memory) at the arch's default tiles: its row-sum expression, with each exp2 of
+    loaded value i named x_i, evaluated against the model's loaded-tile order."""
+    from spak.gpu.compile import export_cubin, variant_launches
+    from spak.gpu.plan import default_tiles
+    from sass_trace import nvdisasm
+    tiles = default_tiles(head_dim, arch, False)
+    launch = next(L for L in variant_launches("naive", dtype="float16", head_dim=head_dim,
+                                              causal=False, has_mask=False, tiles=tiles)
+                  if "softmax" in L.name)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(export_cubin(launch, arch))
+        f.flush()
+        lines = subprocess.run([nvdisasm(), "-c", f.name], check=True, capture_output=True,
+                               text=True).stdout.splitlines()
+    t = run_trace(lines)
+    adds = [e for _, op, _, e in t.ops if op.startswith("FADD") and "shfl" in e]
+    stages = max((len(set(re.findall(r"shfl(\d+)\(", e))) for e in adds), default=0)
+    final = [e for e in adds if len(set(re.findall(r"shfl(\d+)\(", e))) == stages]
+    e = min(final, key=len) if final else ""
+    # exp2 of loaded value i -> L0[i], so the loaded-tile evaluator applies
+    e = re.sub(r"ex2\(\(\(-\(sel\(M, 0\)\) \+ L\d+\[(\d)\]\) \* [0-9.]+\)\)", r"L0[\1]", e)
+    inner = re.search(r"\(\(L0\[(\d)\] \+ L0\[(\d)\]\) \+ \(L0\[(\d)\] \+ L0\[(\d)\]\)\)", e)
+    return {"arch": arch, "kernel": launch.name, "tiles": tiles,
+            "chunk_order": (f"(p{inner.group(1)} + p{inner.group(2)}) + (p{inner.group(3)} + "
+                            f"p{inner.group(4)})") if inner else None,
+            "butterfly_masks_first_to_last": list(dict.fromkeys(
+                int(x) for x in re.findall(r"shfl(\d+)\(", e))),
+            "row_sum_matches_model": loaded_sum_matches(e, tiles["TILE_N"], arch)}
+
+
 VARIANTS = [(arch, dt, d, c, m) for arch in ("sm_120", "sm_89")
             for dt, d, c, m in (("float16", 64, False, False), ("float16", 64, True, False),
                                 ("bfloat16", 128, False, False), ("float16", 64, False, True),
@@ -527,6 +559,13 @@ def main(argv=None) -> int:
                   f"to the {r['arch']} model's order: {r['row_sum_matches_model']}")
             if ns.verbose:
                 print("   ", r["row_expression"])
+        for arch in ("sm_90", "sm_120", "sm_89"):
+            r = analyse_naive_softmax(arch)
+            print(f"== {arch} {r['kernel']} (fp16 D=64, tiles {r['tiles']}): per lane "
+                  f"{r['chunk_order']}, then butterflies xor "
+                  f"{r['butterfly_masks_first_to_last']}; evaluated, equal to the {arch} "
+                  f"model's order: {r['row_sum_matches_model']}")
+            res.append(r)
         if ns.json:
             Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
             Path(ns.json).write_text(json.dumps(res, indent=1))
