@@ -242,9 +242,8 @@ class Trace:
             return
         if d is not None and kind not in ("ST", "STS", "STG", "BAR", "BRA", "EXIT", "SYNCS",
                                           "MEMBAR", "FENCE", "ISETP", "FSETP", "UISETP"):
-            self.regs[d] = self.fresh()
-            if op.endswith(".64") or kind in ("F2FP",):
-                pass
+            for i in range(4 if ".128" in op else 2 if ".64" in op else 1):
+                self.regs[d + i] = self.fresh()      # every register a wide op writes
 
 
 def _mufu(op, x):
@@ -322,7 +321,7 @@ def analyse(arch, dtype, head_dim, causal, mask, tiles=None, show=2):
                      and re.match(r"p[?\d]", e)]
     ffma_scores = [e for _, op, _, e in t.ops if op.startswith("FFMA") and re.match(r"fma\(s[?\d]", e)]
     fmul_scores = [e for _, op, _, e in t.ops if op.startswith("FMUL") and re.match(r"\(s[?\d]", e)]
-    shapes = Counter(re.sub(r"R\d+|UR\d+|c\[0x0\]\[0x[0-9a-f]+\]", "r",
+    shapes = Counter(re.sub(r"R\d+|UR\d+|c\[0x0\]\[0x[0-9a-f]+\]|L\d+\[\d\]", "r",
                             re.sub(r"s[?\d]+\.\d'?", "s", e)) for e in ffma_scores)
     exps = [(op, e) for _, op, _, e in t.ops if op.startswith(("FFMA", "FMUL", "FADD"))
             and re.match(r"(fma\(|\()s[?\d]", e)]
