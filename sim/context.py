@@ -27,6 +27,8 @@ class GroupContext:
     coop_block: object = None
     # checker findings raised while the group runs (e.g. reads of other blocks' writes)
     findings: list = field(default_factory=list)
+    # tiles formatted in f-strings while lanes disagree (sim.formatting markers)
+    formats: list = field(default_factory=list)
 
     @property
     def linear_ids(self) -> np.ndarray:

@@ -23,10 +23,13 @@ from .fake_ct import FAKE_CT, REAL_TO_FAKE
 from .memory import SimArray
 from .numerics import get_model
 from .ops import builtin_max, builtin_min
+from .ops import print as _kernel_print
 
 MAX_LANES = 512          # blocks per lock-step group (bounds memory per tile)
 
-_BUILTINS = dict(builtins.__dict__, max=builtin_max, min=builtin_min)
+# builtins cuTile's compiler treats specially inside kernels: max/min on tiles, and print
+# (a kernel's print is ct.print: per block, with that block's values)
+_BUILTINS = dict(builtins.__dict__, max=builtin_max, min=builtin_min, print=_kernel_print)
 _rebound: dict = {}
 _rebound_globals: dict = {}
 

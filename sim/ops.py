@@ -580,11 +580,17 @@ def printf(format, *args):
         builtins.print(f"[block {ctx.block_of(lane)}] " + (format % vals), end="")
 
 
-def print(*args, sep=" ", end="\n"):
+def print(*args, sep=" ", end="\n", **kw):
+    """Per block, prefixed with its id; tiles and f-strings show that block's values
+    (sim.formatting). The builtin print inside a kernel lands here, as in cuTile."""
+    from .formatting import expand, lane_text
+    if kw.get("file") is not None:
+        return builtins.print(*args, sep=sep, end=end, **kw)
     ctx = current()
     for lane in range(ctx.lanes):
-        builtins.print(f"[block {ctx.block_of(lane)}]", *(_lane_py(a, lane) for a in args),
-                       sep=sep, end=end)
+        parts = [lane_text(a, lane) if isinstance(a, Tile) else
+                 expand(a, lane, ctx.formats) if isinstance(a, str) else str(a) for a in args]
+        builtins.print(f"[block {ctx.block_of(lane)}] " + sep.join(parts), end=end)
 
 
 def _lane_py(a, lane):

@@ -140,7 +140,8 @@ SUPPORT: dict[str, tuple[str, str]] = {
                     "tanh.approx (about 2^-11 relative error)"),
     # --- debugging and launch control -------------------------------------------------------------
     "printf": (EXACT, "per block, prefixed with the block id"),
-    "print": (EXACT, "per block, prefixed with the block id"),
+    "print": (EXACT, "per block, prefixed with the block id; f-strings of tiles show each "
+                     "block's values; the builtin print inside a kernel is ct.print"),
     "assert_": (EXACT, "raises SimulationError naming the block and line"),
     "grid_dependency_control_wait": (EXACT, "no-op: the simulator runs launches one after another"),
     "grid_dependency_control_launch_dependents": (EXACT, "no-op (only lets a dependent launch start early)"),

@@ -66,6 +66,14 @@ class Tile:
         lanes = self.v.shape[0]
         return f"Tile(shape={self.shape}, dtype={self.dtype.name}, lanes={lanes})"
 
+    def __format__(self, spec):
+        """f"{tile}" inside a kernel: its values, as ct.print shows them (sim.formatting)."""
+        from .formatting import format_tile
+        return format_tile(self, spec)
+
+    def __str__(self):
+        return self.__format__("")
+
     # -- python-level decisions (uniform across lanes or Divergence) ----------------------
     def _uniform_scalar(self, what: str):
         if self.shape != ():
@@ -212,7 +220,7 @@ class Tile:
 
 def _count_method_uses():
     """Tile's arithmetic and conversion methods are ops the kernel calls: count them."""
-    skip = {"__init__", "__repr__", "_uniform_scalar", "shape", "ndim"}
+    skip = {"__init__", "__repr__", "__format__", "__str__", "_uniform_scalar", "shape", "ndim"}
     for name, fn in list(vars(Tile).items()):
         if callable(fn) and name not in skip and not isinstance(fn, (staticmethod, classmethod)):
             setattr(Tile, name, counted(fn))

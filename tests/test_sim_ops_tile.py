@@ -341,3 +341,21 @@ def test_approximate_exp_and_tanh(rng):
     arg = x * np.float32(1.4426950408889634)          # rounded to float32, as ex2.approx takes it
     np.testing.assert_array_equal(e, np.exp2(arg.astype(np.float64)).astype(np.float32))
     np.testing.assert_allclose(t, np.tanh(x.astype(np.float64)), rtol=1e-6, atol=0)
+
+
+@ct.kernel
+def printing(X, T: C):
+    x = ct.load(X, (ct.bid(0),), (T,))
+    ct.print(f"x={x} s={ct.sum(x):.1f}")
+    print("twice", x * 2)                          # the builtin print is ct.print in a kernel
+    ct.printf("n=%d\n", ct.sum(ct.astype(x, ct.int32)))
+
+
+def test_print_shows_each_blocks_own_values(capsys):
+    x = np.arange(8, dtype=np.float32)
+    sim.launch(printing, (2,), (x, 4))
+    out = capsys.readouterr().out.splitlines()
+    assert "[block (0, 0, 0)] x=[0.000000, 1.000000, 2.000000, 3.000000] s=6.0" in out
+    assert "[block (1, 0, 0)] x=[4.000000, 5.000000, 6.000000, 7.000000] s=22.0" in out
+    assert "[block (1, 0, 0)] twice [8.000000, 10.000000, 12.000000, 14.000000]" in out
+    assert "[block (0, 0, 0)] n=6" in out
