@@ -138,6 +138,10 @@ def render() -> str:
               "| name | kind | status | notes |", "|---|---|---|---|"]
     lines += [_row(n, rows[n], kind(n)) for n in names
               if kind(n) in ("class", "module", "data", "annotation")]
+    lines += ["", "## Other people's cuTile code run unmodified", "",
+              "By hand on a CPU, 2026-11-24, against float64 / torch references (not in CI):", ""]
+    lines += [f"- {what} ({how})" for what, how in support.EXTERNAL]
+    lines += ["", "Not run:", ""] + [f"- {what}: {why}" for what, why in support.NOT_RUN]
     lines += ["", "## Execution model for atomics", "",
               "Kernels whose code names an atomic or a memory order run in cooperative mode "
               "(`sim.launch(..., mode='auto')`; force with `mode='cooperative'`): every block "

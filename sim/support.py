@@ -226,3 +226,30 @@ METHODS: dict[str, tuple[str, str]] = {
     "RawArrayMemory.atomic_or_offset": (EXACT, _CO),
     "RawArrayMemory.atomic_xor_offset": (EXACT, _CO),
 }
+
+# Other people's cuTile code run unmodified through the simulator (kernels through
+# sim.launch, or their own host code through interpreter mode), checked against float64 /
+# torch on CPU. Run by hand on 2026-11-24 from NVIDIA/cutile-python 9c3ee3c (samples/) and
+# NVIDIA/TileGym 75a1430; not in CI (the repositories are not vendored here).
+EXTERNAL: list[tuple[str, str]] = [
+    ("cutile-python VectorAddition: vec_add_kernel_1d/_2d, *_gather (torch.int32 dtype)", "kernels"),
+    ("cutile-python LayerNorm: layer_norm_fwd, layer_norm_bwd_dx_partial_dwdb (CAS lock), "
+     "layer_norm_bwd_dwdb; and its autograd wrapper cutile_layer_norm", "kernels + host code"),
+    ("cutile-python MatMul: matmul_kernel (fp16, fp32 via tf32), persistent_matmul_kernel", "kernels"),
+    ("cutile-python BatchMatMul: batch_matmul_kernel (fp16; float8_e4m3fn via ct.launch)", "kernels"),
+    ("cutile-python Transpose, FFT (fft_kernel), AttentionFMHA (fmha_kernel)", "kernels"),
+    ("cutile-python MoE: cutile_moe (fused_moe_kernel gather/scatter, silu_and_mul on "
+     "strided chunks)", "host code"),
+    ("TileGym examples: split_k_gemm (atomic_add; race-free, float order differs by block "
+     "order), cumsum_cumprod_blocking", "kernels"),
+    ("TileGym ops: dropout, layer_norm_legacy kernel, softmax, rms_norm, silu_and_mul, matmul, "
+     "bmm, persistent_layer_norm, relu, gelu, geglu, fmha_decode, FMHA forward+backward "
+     "(autograd)", "host code (TILEGYM_DISABLE_AUTOTUNE=1)"),
+]
+NOT_RUN: list[tuple[str, str]] = [
+    ("cutile-python BlockScaledMatMul", "ct.mma_scaled (sm_100+) is unsupported"),
+    ("cutile-python AllGatherMatmul", "multi-GPU symmetric memory; no simulator counterpart"),
+    ("cutile-python host wrappers with `is_cuda` checks or device='cuda' tensors "
+     "(vec_add, cutile_matmul, bmm, cutile_fft, cutile_fmha, TileGym layer_norm_legacy)",
+     "host code that refuses CPU tensors; their kernels ran"),
+]
