@@ -86,30 +86,51 @@ def _list(args, req: _Request) -> int:
 
 
 def _start(args, req: _Request, commit):
-    """A Sweep with its worker started and its hello, or an exit status."""
+    """A Sweep with its worker(s) started and the first hello, or an exit status."""
+    try:
+        gpus = S.gpu_list(args.gpus) if args.gpus else None
+    except ValueError as e:
+        return _err(f"error: argument --gpus: {e}")
     opts = SweepOptions(kernel=req.kernel, timeout=args.timeout, budget_s=args.budget_s,
-                          compile_jobs=req.compile_jobs, runner=args.runner,
-                          timing=req.timing, retry_failed=args.retry_failed, commit=commit)
+                        compile_jobs=req.compile_jobs, runner=args.runner,
+                        timing=req.timing, retry_failed=args.retry_failed, commit=commit,
+                        retry_faults=gpus is not None)
     # The worker reports the GPU name, which the automatic --out name needs; until then the
     # log has a fixed name for automatic outputs.
     auto = args.out == "auto"
     sweep = Sweep(ROOT / "results" / "sweep.jsonl" if auto else Path(args.out), opts,
-                    log_path=(ROOT / "results" / "sweep-worker.log" if auto
-                              else Path(args.out).with_suffix(".log")))
+                  log_path=(ROOT / "results" / "sweep-worker.log" if auto
+                            else Path(args.out).with_suffix(".log")), gpus=gpus)
     try:
-        hello = sweep.start_worker()
+        hellos = sweep.start_workers() if gpus else [sweep.start_worker()]
     except RuntimeError as e:
         sweep.shutdown()
         return _err(f"cannot start: {e}", 1)
+    archs = sorted({h["arch"] for h in hellos})
+    if len(archs) > 1 and not args.arch:
+        sweep.shutdown()
+        return _err(f"error: --gpus mixes {' and '.join(archs)}, which have their own sweep "
+                    f"spaces: sweep each arch's GPUs on their own (or pass --arch)")
     if auto:
-        sweep.out_path = S.auto_out_path(hello["gpu"], req.kernel, req.fam.name)
-    return sweep, hello
+        sweep.out_path = S.auto_out_path(hellos[0]["gpu"], req.kernel, req.fam.name)
+    return sweep, hellos[0]
 
 
-def _record_run(sweep, plan, writer, env, done) -> tuple[dict, bool]:
+def _done(args, req: _Request, sweep, existing) -> tuple[set, dict]:
+    """What --resume skips, and (with --gpus) which GPU each measured shape stays on."""
+    if not args.resume:
+        return set(), {}
+    if sweep.multi:
+        gpus = {s.gpu: s.hello["gpu"] for s in sweep.slots if s.hello and not s.retired}
+        return S.done_by_gpu(existing, gpus, req.kernel, args.retry_failed, req.fam.name)
+    return S.done_keys(existing, sweep.slots[0].hello["gpu"], req.kernel, args.retry_failed,
+                       req.fam.name), {}
+
+
+def _record_run(sweep, plan, writer, env, done, claims) -> tuple[dict, bool]:
     """Run the jobs; (the result, whether ^C stopped it)."""
     try:
-        return sweep.run(plan.jobs, writer, env, done=done), False
+        return sweep.run(plan.jobs, writer, env, done=done, claims=claims), False
     except KeyboardInterrupt:
         sweep.shutdown()
         return {"finished": None, "left": None, "counts": sweep.counts,
@@ -141,6 +162,22 @@ def _exit_status(args, res: dict, interrupted: bool) -> int:
     return 0
 
 
+def _report(args, req: _Request, sweep, res: dict, status: str) -> int:
+    """The summary table and the closing line; the store update when asked (1 if it
+    failed, else 0)."""
+    names = S.gpu_names(sweep)
+    rows = S.result_rows(sweep.out_path, names, req.kernel,
+                         [p.case_id for p in req.problems], req.fam.name)
+    print("\n".join(S.summarize(rows)))
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(res["counts"].items()))
+    print(f"spak sweep: {status}; this run: {counts or 'nothing to do'}; "
+          f"{format_seconds(time.monotonic() - sweep.t0)} wall; results in {sweep.out_path}")
+    if args.update_store:
+        return _update_store(args, req, sweep.out_path,
+                             names[0] if len(set(names)) == 1 else None)
+    return 0
+
+
 def _sweep(args, req: _Request) -> int:
     commit, dirty = git_commit(args.commit)
     started = _start(args, req, commit)
@@ -158,31 +195,27 @@ def _sweep(args, req: _Request) -> int:
         sweep.shutdown()
         return _err(f"{out_path} already holds {len(existing)} lines: pass --resume to "
                     f"continue it (skipping what it has), or choose another --out")
-    done = S.done_keys(existing, hello["gpu"], req.kernel, args.retry_failed,
-                       req.fam.name) if args.resume else set()
+    done, claims = _done(args, req, sweep, existing)
     todo = [j for j in plan.jobs if j.key not in done]
     env = S.run_env(hello, arch, commit, dirty)
-    est = estimate_seconds(todo, compile_jobs=req.compile_jobs, timing=req.timing)
+    workers = max(1, len(S.gpu_names(sweep)))
+    est = estimate_seconds(todo, compile_jobs=req.compile_jobs, timing=req.timing,
+                           workers=workers)
     print(S.header_text(env, req.kernel, plan, len(req.problems),
                         len(plan.jobs) - len(todo) if done else 0, out_path, est,
-                        req.compile_jobs, args.budget_s, sweep.log_path), flush=True)
+                        req.compile_jobs, args.budget_s, sweep.log_path,
+                        S.gpus_text(sweep)), flush=True)
     writer = ResultsWriter(out_path)
     writer.write(S.start_line(
         sweep, env, req.fam, req.kernel, plan, req.problems, len(todo),
         {"timeout": args.timeout, "budget_s": args.budget_s,
          "compile_jobs": req.compile_jobs, **req.timing},
         "spak " + shlex.join(args.argv or sys.argv[1:]), hello.get("pid")))
-    res, interrupted = _record_run(sweep, plan, writer, env, done)
+    res, interrupted = _record_run(sweep, plan, writer, env, done, claims)
     status = "complete" if not res["stopped"] else res["stopped"]
     writer.write(S.end_line(sweep, env["gpu"], status, res))
     writer.close()
-    rows = S.result_rows(out_path, env["gpu"], req.kernel, [p.case_id for p in req.problems],
-                         req.fam.name)
-    print("\n".join(S.summarize(rows)))
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(res["counts"].items()))
-    print(f"spak sweep: {status}; this run: {counts or 'nothing to do'}; "
-          f"{format_seconds(time.monotonic() - sweep.t0)} wall; results in {out_path}")
-    if args.update_store and _update_store(args, req, out_path, env["gpu"]):
+    if _report(args, req, sweep, res, status):
         return 1
     return _exit_status(args, res, interrupted)
 
@@ -262,5 +295,10 @@ def add_arguments(p) -> None:
                    help="git commit to record (default: git rev-parse HEAD, or $SPAK_COMMIT)")
     p.add_argument("--list", action="store_true",
                    help="print the jobs and a time estimate, run nothing (no GPU needed)")
+    p.add_argument("--gpus", default=None, metavar="all|0,1,3",
+                   help="one worker per GPU (pinned with CUDA_VISIBLE_DEVICES) fed from one "
+                        "queue; each shape is timed whole (peers too) on one GPU; a worker "
+                        "that faults is restarted and its job retried once (default: one "
+                        "worker on the GPUs this process sees)")
     p.add_argument("--runner", default=os.environ.get("SPAK_SWEEP_RUNNER", "gpu"),
                    help=argparse.SUPPRESS)   # "fake:SPEC" for the CPU tests

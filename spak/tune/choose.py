@@ -19,7 +19,10 @@ measured on the most shapes compete (a config missing a shape cannot win it). Th
 winner's tiles, and its occupancy / num_ctas hints when set, go into the entry with its
 TFLOPS, the default tiles' TFLOPS, the date and commit of the measurement and the results
 file. Since the default tiles compete, the stored config is never slower than the default
-in the run that chose it.
+in the run that chose it. Rows of several GPUs of the same name (`spak sweep --gpus`, or
+several hosts' files) are merged first: per config and shape the median TFLOPS across the
+GPUs; the entry then records "gpus" and "tflops_spread", the largest (max - min) / median
+of the winner's shapes. One GPU's later rows replace its earlier ones.
 
     spak store update results/sweep-*.jsonl      # merge a sweep's winners into the store
     spak store show                              # the store as a table
@@ -34,6 +37,7 @@ from spak import families
 from spak.core.stats import geomean
 from spak.results.jsonl import read_results, repo_path, row_problem
 from spak.tune import store as tuned
+from spak.tune.merge import merge_gpu_rows
 from spak.tune.space import config_id, tile_keys
 
 __all__ = ["choose", "update_store", "format_store", "config_text"]
@@ -76,15 +80,15 @@ def _hinted(r: dict) -> bool:
 
 
 def _groups(rows, fam, tiles_only, gpu, kernel) -> dict:
-    """(gpu, kernel, store key values) -> config id -> case -> row. Later rows (a newer
-    sweep appended to a file, a later file) replace earlier ones."""
+    """(gpu, kernel, store key values) -> config id -> case -> row. One GPU's later rows
+    (a newer sweep appended to a file, a later file) replace its earlier ones; several
+    GPUs' rows of one name are merged (spak.tune.merge: the median TFLOPS)."""
     groups: dict = {}
     keys: dict = {}                      # case -> store key (parsed once per case)
-    for r in rows:
-        if not _candidate(r, fam.name, gpu, kernel) or not _usable(r, fam):
-            continue                     # a malformed row of a corrupt file: not a candidate
-        if tiles_only and _hinted(r):
-            continue
+    candidates = [r for r in rows if _candidate(r, fam.name, gpu, kernel)
+                  and _usable(r, fam)    # a malformed row of a corrupt file: not a candidate
+                  and not (tiles_only and _hinted(r))]
+    for r in merge_gpu_rows(candidates):
         case = r["case"]
         if case not in keys:
             try:
@@ -113,6 +117,10 @@ def _entry(fam, key, by_cfg: dict) -> dict:
     gpu_name, kern, fields = key
     dflt_score = geomean(dflt[c]["tflops"] for c in m if c in dflt) \
         if dflt and all(c in dflt for c in m) else None
+    gpus = max(r.get("gpus", 1) for r in m.values())
+    merged = {"gpus": gpus, "tflops_spread": round(max(r.get("tflops_spread", 0.0)
+                                                       for r in m.values()), 4)} \
+        if gpus > 1 else {}
     return {"family": fam.name, "gpu": gpu_name, "kernel": kern, **dict(fields),
             "tiles": tiles,
             "config_id": cid if cid != "default" else f"default ({_tiles_text(fam, tiles)})",
@@ -121,7 +129,7 @@ def _entry(fam, key, by_cfg: dict) -> dict:
             "speedup_vs_default": None if not dflt_score else round(score / dflt_score, 4),
             "cases": sorted(m), "date": (any_row.get("date") or "")[:10],
             "commit": any_row.get("commit"), "sweep_id": any_row.get("sweep_id"),
-            "source": any_row.get("_source")}
+            "source": any_row.get("_source"), **merged}
 
 
 def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str] = None,

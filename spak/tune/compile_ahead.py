@@ -54,6 +54,16 @@ class CompileAhead:
             return True
         return unit["unit_id"] in self.unit_state
 
+    def prioritize(self, unit) -> None:
+        """Build this unit next (a worker is waiting for it)."""
+        if unit is None:
+            return
+        for i, u in enumerate(self.units_todo):
+            if u["unit_id"] == unit["unit_id"]:
+                if i:
+                    self.units_todo.insert(0, self.units_todo.pop(i))
+                return
+
     def failure(self, unit):
         """The recorded outcome of a unit that failed to build, or None."""
         if unit is None:

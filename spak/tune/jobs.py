@@ -60,6 +60,8 @@ def plan_jobs(kernel: str, specs, configs, *, arch: str = "sm_90", default: bool
     keys = fam.space_keys
 
     def job(spec, provider, cid, cfg, unit=None):
+        if unit is not None:                 # the compile helper builds it through the family
+            unit = {**unit, "family": fam.name}
         return Job(kernel, spec, provider, cid, cfg, unit, fam.name, fam.flops(spec))
     jobs = [job(spec, name, "-", None) for spec in specs for name in peers]
     if default:

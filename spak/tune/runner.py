@@ -1,11 +1,15 @@
-"""The sweep's scheduler: feeds jobs to the measuring worker, keeps the compile helpers
-ahead of it, records every result (or failure) as a JSON line, restarts the worker after
-a hang or a crash, and stops before the wall-clock budget runs out.
+"""The sweep's scheduler: feeds jobs to the measuring worker (one per GPU with
+``--gpus``), keeps the compile helpers ahead of them, records every result (or failure)
+as a JSON line, restarts a worker after a hang or a crash, and stops before the
+wall-clock budget runs out.
 
 Isolation. A config that fails to compile, fails to launch or gives a wrong result is
 recorded with its error by the worker; one that runs past ``timeout`` seconds, or that
 kills the worker, is recorded here (the worker's process group is killed) and a fresh
-worker takes the remaining configs.
+worker takes the remaining configs. With ``retry_faults`` (``--gpus``), a job whose worker
+faulted (timeout, crash, lost CUDA context) runs once more on a fresh worker on the same
+GPU before its failure is recorded ("attempts": 2, "retried_after": the first failure);
+a GPU whose worker cannot start again leaves the sweep, its shapes going to the others.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from spak.results.jsonl import ResultsWriter
 from spak.tune.compile_ahead import CompileAhead
 from spak.tune.jobs import Job, job_seconds
 from spak.tune.pool import WorkerProcess, log_tail
+from spak.tune.slots import ShapeQueue, Slot
 from spak.tune.space import config_id, tile_keys
 
 __all__ = ["SCHEMA", "SCHEMAS_READ", "SweepOptions", "Sweep", "format_seconds"]
@@ -46,6 +51,9 @@ class SweepOptions:
     commit: Optional[str] = None
     startup_timeout: float = 180.0
     quiet: bool = False
+    #: a job whose worker faulted (timeout, crash, lost CUDA context) runs once more on a
+    #: fresh worker before its failure is recorded (`spak sweep --gpus`)
+    retry_faults: bool = False
 
 
 def _utc_now() -> str:
@@ -58,40 +66,55 @@ def format_seconds(s: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-class Sweep:
-    """Runs a list of jobs on one worker (see the module doc); ``run`` returns the counts
-    and the stop reason, ``worker_starts`` counts the workers started."""
+_IN_FLIGHT = object()
+_BUDGET = object()
 
-    def __init__(self, out_path, opts: SweepOptions, *, log_path=None, echo=print):
+
+class Sweep:
+    """Runs a list of jobs on one worker per GPU (see the module doc); ``run`` returns
+    the counts and the stop reason, ``worker_starts`` counts the workers started.
+
+    ``gpus`` None: one worker on the GPUs this process sees, jobs in plan order. A list
+    (``--gpus``): one worker per GPU, pinned with CUDA_VISIBLE_DEVICES, fed from one
+    queue; each shape is claimed by one GPU, which times all of its jobs (the peers and
+    the default config beside the swept ones), the largest shapes claimed first."""
+
+    def __init__(self, out_path, opts: SweepOptions, *, log_path=None, echo=print, gpus=None):
         self.out_path = Path(out_path)
         self.opts = opts
         self.log_path = Path(log_path) if log_path else self.out_path.with_suffix(".log")
         self.echo = echo
         self.sel = selectors.DefaultSelector()
-        self.worker: Optional[WorkerProcess] = None
+        self.multi = gpus is not None
+        self.slots = [Slot(str(g), self.log_path.with_suffix(f".gpu{g}.log")) for g in gpus] \
+            if self.multi else [Slot(None, self.log_path)]
         self.compiler = CompileAhead(opts.compile_jobs, lambda: self._child("compile"),
                                      opts.timeout, echo)
         self.env: dict = {}
         self.sweep_id = uuid.uuid4().hex[:12]
         self.t0 = time.monotonic()
-        self.log = None
+        self.logs: dict = {}
         self.counts: dict = {}
         self.stopped_reason: Optional[str] = None
         self.walls: list[float] = []
         self.best: dict = {}                # case -> (tflops, config_id)
         self.worker_starts = 0
         self.left = 0
+        self.shapes = ShapeQueue(self.compiler)
+        self.retried: dict = {}             # job key -> why its first attempt failed
 
     # -- children
-    def _open_log(self):
-        if self.log is None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self.log = open(self.log_path, "ab")
-        return self.log
+    def _open_log(self, path: Optional[Path] = None):
+        path = path or self.log_path
+        if path not in self.logs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.logs[path] = open(path, "ab")
+        return self.logs[path]
 
-    def _child(self, role: str) -> WorkerProcess:
-        return WorkerProcess(role, self.opts.runner, self.opts.timing, self._open_log(),
-                             self.sel)
+    def _child(self, role: str, slot: Optional[Slot] = None) -> WorkerProcess:
+        env = {"CUDA_VISIBLE_DEVICES": slot.gpu} if slot is not None and slot.gpu else None
+        return WorkerProcess(role, self.opts.runner, self.opts.timing,
+                             self._open_log(slot.log_path if slot else None), self.sel, env)
 
     def _pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for any child's output and take it in."""
@@ -99,113 +122,166 @@ class Sweep:
             key.data.on_readable()
         self.compiler.service()
 
-    def start_worker(self) -> dict:
-        """A fresh worker; returns its hello (GPU name, arch, versions). Raises RuntimeError
-        when it cannot start (no GPU, no torch): the sweep cannot go on."""
-        if self.worker is not None:
-            self.worker.kill()
-        w = self._child("worker")
-        w.send({"op": "hello"})
+    def _await_hellos(self, waiting: dict) -> dict:
+        """{slot: hello or the RuntimeError saying why its worker did not start}."""
+        out: dict = {}
         deadline = time.monotonic() + self.opts.startup_timeout
-        while time.monotonic() < deadline:
-            msg = w.pop()
-            if msg is not None:
-                if "hello" in msg:
-                    self.worker = w
+        while waiting and time.monotonic() < deadline:
+            for slot, w in list(waiting.items()):
+                msg = w.pop()
+                if msg is not None and "hello" in msg:
+                    slot.worker, slot.hello = w, msg["hello"]
                     self.worker_starts += 1
-                    return msg["hello"]
-                if "fatal_setup" in msg:
+                    out[slot] = msg["hello"]
+                elif msg is not None and "fatal_setup" in msg:
                     w.kill()
-                    raise RuntimeError(msg["fatal_setup"])
-                continue
-            if w.eof:
-                code = w.exit_code()
-                w.kill()
-                raise RuntimeError(f"the sweep worker exited at start-up (status {code}); "
-                                   f"its log {self.log_path} ends with:\n"
-                                   + log_tail(self.log_path))
-            self._pump(0.5)
-        w.kill()
-        raise RuntimeError(f"the sweep worker did not start within "
-                           f"{self.opts.startup_timeout:.0f} s; see {self.log_path}")
+                    out[slot] = RuntimeError(msg["fatal_setup"])
+                elif msg is None and w.eof:
+                    code = w.exit_code()
+                    w.kill()
+                    out[slot] = RuntimeError(
+                        f"the sweep worker exited at start-up (status {code}); its log "
+                        f"{slot.log_path} ends with:\n" + log_tail(slot.log_path))
+                else:
+                    continue
+                del waiting[slot]
+            if waiting:
+                self._pump(0.5)
+        for slot, w in waiting.items():
+            w.kill()
+            out[slot] = RuntimeError(f"the sweep worker did not start within "
+                                     f"{self.opts.startup_timeout:.0f} s; see {slot.log_path}")
+        return out
+
+    def _start(self, slots) -> dict:
+        waiting = {}
+        for slot in slots:
+            if slot.worker is not None:
+                slot.worker.kill()
+                slot.worker = None
+            w = self._child("worker", slot)
+            w.send({"op": "hello"})
+            waiting[slot] = w
+        return self._await_hellos(waiting)
+
+    def start_worker(self, slot: Optional[Slot] = None) -> dict:
+        """A fresh worker (on the first slot by default); returns its hello (GPU name, arch,
+        versions). Raises RuntimeError when it cannot start (no GPU, no torch)."""
+        slot = slot or self.slots[0]
+        hello = self._start([slot])[slot]
+        if isinstance(hello, Exception):
+            raise hello
+        return hello
+
+    def start_workers(self) -> list:
+        """A worker on every GPU, started together: their hellos, in the slots' order. A GPU
+        whose worker cannot start is retired (said on echo); RuntimeError if none starts."""
+        got = self._start(self.slots)
+        for slot in self.slots:
+            if isinstance(got[slot], Exception):
+                self._retire(slot, str(got[slot]), [])
+        if all(s.retired for s in self.slots):
+            raise got[self.slots[0]]
+        return [got[s] for s in self.slots if not s.retired]
 
     # -- one job
-    def _base_row(self, job: Job) -> dict:
+    def _base_row(self, job: Job, slot: Slot) -> dict:
         s = job.spec
         fam = families.get(job.family)
         return {"schema": SCHEMA, "kind": "result", "sweep_id": self.sweep_id,
-                "date": _utc_now(), **self.env, "family": job.family, "kernel": job.kernel,
-                "case": job.case, "shape": s.display, **fam.row_fields(s),
-                "dtype": s.dtype, "causal": s.causal, "flops": job.flops,
+                "date": _utc_now(), **self.env, **slot.row_fields(), "family": job.family,
+                "kernel": job.kernel, "case": job.case, "shape": s.display,
+                **fam.row_fields(s), "dtype": s.dtype, "causal": s.causal, "flops": job.flops,
                 "provider": job.provider, "config_id": job.config_id, "config": job.config}
 
-    def _worker_gone(self, w: WorkerProcess, t0: float) -> dict:
-        """The result of a job whose worker died: its last reply if one made it, else a
-        crash with the exit status and the log's tail."""
-        self._pump(0.05)                     # a last reply may still be in the pipe
-        msg = w.pop()
-        if msg is not None and "result" in msg:
-            last = msg["result"]
-            w.kill()
-            self.worker = None
-            last.pop("fatal", None)
-            return last
-        code = w.exit_code()
-        w.kill()
-        self.worker = None
-        sig = f"signal {-code}" if isinstance(code, int) and code < 0 else f"status {code}"
-        tail = log_tail(self.log_path, 8)
-        return {"status": "crash", "wall_s": time.monotonic() - t0,
-                "error": f"the worker died ({sig}) during this config"
-                         + (f"; log tail:\n{tail}" if tail else "")}
-
-    def _run_job(self, job: Job, deadline: Optional[float]) -> Optional[dict]:
-        """The job's result fields, or None when the budget ran out while it was in flight
-        (not recorded: --resume runs it again)."""
+    def _dispatch(self, slot: Slot, job: Job, deadline: Optional[float]) -> Optional[dict]:
+        """Send the job to the slot's worker (started if needed; RuntimeError when it cannot
+        start). Returns the result at once when the job's variant failed to compile in a
+        helper, else None (in flight)."""
         st = self.compiler.failure(job.unit)
         if st:
             return {"status": st["status"], "error": "(compile helper) " + st["error"],
                     "wall_s": 0.0}
-        if self.worker is None:
-            self.start_worker()
-        w = self.worker
-        t0 = time.monotonic()
-        if not w.send({"op": "job", "job": job.payload()}):
-            w.eof = True
-        limit = t0 + self.opts.timeout
-        budget_kill = deadline is not None and deadline < limit
-        end = min(limit, deadline) if deadline is not None else limit
-        while True:
-            msg = w.pop()
-            if msg is not None and "result" in msg:
-                r = msg["result"]
-                if r.pop("fatal", False):
-                    w.exit_code(5)
-                    w.kill()
-                    self.worker = None
-                return r
-            if w.eof or w.proc.poll() is not None:
-                return self._worker_gone(w, t0)
-            now = time.monotonic()
-            if now >= end:
-                w.kill()
-                self.worker = None
-                if budget_kill and now < limit:
-                    return None
-                return {"status": "timeout", "wall_s": now - t0,
-                        "error": f"no result within --timeout {self.opts.timeout:g} s "
-                                 f"(worker killed; a fresh one takes the next config)"}
-            self._pump(min(0.5, end - now))
+        if slot.worker is None:
+            self.start_worker(slot)
+        slot.job, slot.t0 = job, time.monotonic()
+        self.shapes.started.add(job.case)
+        if not slot.worker.send({"op": "job", "job": job.payload()}):
+            slot.worker.eof = True
+        slot.limit = slot.t0 + self.opts.timeout
+        slot.budget_kill = deadline is not None and deadline < slot.limit
+        slot.end = min(slot.limit, deadline) if deadline is not None else slot.limit
+        return None
+
+    def _drop_worker(self, slot: Slot) -> None:
+        slot.worker.kill()
+        slot.worker = None
+
+    def _worker_gone(self, slot: Slot) -> tuple[dict, bool]:
+        """The result of a job whose worker died: its last reply if one made it, else a
+        crash with the exit status and the log's tail; and whether the GPU faulted."""
+        w = slot.worker
+        self._pump(0.05)                     # a last reply may still be in the pipe
+        msg = w.pop()
+        if msg is not None and "result" in msg:
+            last = msg["result"]
+            self._drop_worker(slot)
+            return last, bool(last.pop("fatal", False))
+        code = w.exit_code()
+        self._drop_worker(slot)
+        sig = f"signal {-code}" if isinstance(code, int) and code < 0 else f"status {code}"
+        tail = log_tail(slot.log_path, 8)
+        return {"status": "crash", "wall_s": time.monotonic() - slot.t0,
+                "error": f"the worker died ({sig}) during this config"
+                         + (f"; log tail:\n{tail}" if tail else "")}, True
+
+    def _poll(self, slot: Slot, now: float):
+        """The in-flight job's (result, GPU faulted), _IN_FLIGHT, or _BUDGET when the budget
+        ran out while it ran (not recorded: --resume runs it again)."""
+        w = slot.worker
+        msg = w.pop()
+        if msg is not None and "result" in msg:
+            r = msg["result"]
+            fatal = bool(r.pop("fatal", False))
+            if fatal:
+                w.exit_code(5)
+                self._drop_worker(slot)
+            return r, fatal
+        if w.eof or w.proc.poll() is not None:
+            return self._worker_gone(slot)
+        if now < slot.end:
+            return _IN_FLIGHT
+        self._drop_worker(slot)
+        if slot.budget_kill and now < slot.limit:
+            return _BUDGET
+        return {"status": "timeout", "wall_s": now - slot.t0,
+                "error": f"no result within --timeout {self.opts.timeout:g} s "
+                         f"(worker killed; a fresh one takes the next config)"}, True
+
+    def _retire(self, slot: Slot, why: str, todo: list[Job]) -> None:
+        """Take a GPU whose worker cannot start out of the sweep; its shapes go back to
+        the queue with their peer and default jobs, to be timed again beside the rest."""
+        slot.retired = why
+        self.echo(f"spak sweep: {slot.label or 'the GPU'} is out of this sweep: "
+                  f"{why.splitlines()[0]}")
+        self._total = getattr(self, "_total", 0) + self.shapes.release(slot, todo)
 
     # -- the loop
-    def _record(self, job: Job, r: dict, writer: ResultsWriter) -> dict:
-        row = {**self._base_row(job), **r}
+    def _record(self, slot: Slot, job: Job, r: dict, writer: ResultsWriter) -> dict:
+        if job.key in self.retried:
+            r = {**r, "attempts": 2, "retried_after": self.retried[job.key]}
+        row = {**self._base_row(job, slot), **r}
         if row.get("status") == "ok" and row.get("ms_median"):
             row["tflops"] = job.flops / (row["ms_median"] * 1e-3) / 1e12
         writer.write(row)
+        slot.finished.append(job)
         self.counts[row["status"]] = self.counts.get(row["status"], 0) + 1
         if row.get("wall_s"):
             self.walls.append(float(row["wall_s"]))
+        self._done += 1
+        self._eta["left"] -= self._cost[id(job)]
+        self._eta["done"] += self._cost[id(job)]
+        self._progress(self._done, self._total, row, time.monotonic() - self._run_t0, slot)
         return row
 
     def _over_budget(self, deadline: Optional[float]) -> bool:
@@ -215,57 +291,101 @@ class Sweep:
         est = statistics.median(self.walls[-20:]) if self.walls else 2.0
         return time.monotonic() + est > deadline
 
-    def run(self, jobs: list[Job], writer: ResultsWriter, env: dict, *,
-            done: set = frozenset()) -> dict:
-        """Run every job not in ``done``; returns the counts and the stop reason."""
-        self.env = env
-        todo = [j for j in jobs if j.key not in done]
-        total = len(todo)
-        self.compiler.start([j.unit for j in todo if j.unit is not None])
-        cost = {id(j): job_seconds(j, self.opts.timing) for j in todo}
-        self._eta = {"left": sum(cost.values()), "done": 0.0}
-        deadline = self.t0 + self.opts.budget_s if self.opts.budget_s else None
-        finished = 0
-        run_t0 = time.monotonic()
-        while todo:
+    def _fill(self, slot: Slot, todo: list[Job], deadline, writer) -> bool:
+        """Give an idle slot its next job; False when no more jobs are to start (budget,
+        or no worker can start)."""
+        while slot.job is None and not slot.retired:
             if self._over_budget(deadline):
                 self.stopped_reason = "budget"
-                break
-            job = next((j for j in todo if self.compiler.ready(j.unit)), None)
+                return False
+            job = self.shapes.next_job(slot, todo) if self.multi else \
+                next((j for j in todo if self.compiler.ready(j.unit)), None)
             if job is None:
-                self._pump(0.5)
-                continue
+                return True
             todo.remove(job)
             try:
-                r = self._run_job(job, deadline)
+                r = self._dispatch(slot, job, deadline)
             except RuntimeError as e:           # the worker cannot (re)start
-                self.stopped_reason = f"worker: {e}"
-                break
-            if r is None:
-                self.stopped_reason = "budget"
                 todo.insert(0, job)
-                break
-            row = self._record(job, r, writer)
-            finished += 1
-            self._eta["left"] -= cost[id(job)]
-            self._eta["done"] += cost[id(job)]
-            self._progress(finished, total, row, time.monotonic() - run_t0)
+                if not self.multi:
+                    self.stopped_reason = f"worker: {e}"
+                    return False
+                self._retire(slot, str(e), todo)
+                if all(s.retired for s in self.slots):
+                    self.stopped_reason = f"worker: {e}"
+                    return False
+                continue
+            if r is not None:
+                self._record(slot, job, r, writer)
+        return True
+
+    def _collect(self, slot: Slot, todo: list[Job], writer) -> bool:
+        """Take the slot's finished job, if it is; False when the budget stopped it."""
+        out = self._poll(slot, time.monotonic())
+        if out is _IN_FLIGHT:
+            return True
+        job, slot.job = slot.job, None
+        if out is _BUDGET:
+            todo.insert(0, job)
+            self.stopped_reason = "budget"
+            return False
+        r, fault = out
+        if fault and self.opts.retry_faults and job.key not in self.retried:
+            self.retried[job.key] = f"{r['status']}: " + str(r.get("error") or "").strip() \
+                .split("\n")[0][:200]
+            todo.insert(0, job)              # its slot still owns the case: retried there
+            if not self.opts.quiet:
+                self.echo(f"      {slot.label}: {self.retried[job.key]}; worker restarted, "
+                          f"{job.case} {job.config_id} runs once more")
+            return True
+        self._record(slot, job, r, writer)
+        return True
+
+    def run(self, jobs: list[Job], writer: ResultsWriter, env: dict, *,
+            done: set = frozenset(), claims: Optional[dict] = None) -> dict:
+        """Run every job not in ``done``; returns the counts and the stop reason.
+        ``claims``: case -> GPU (as in ``gpus``) that timed its done jobs (on --resume)."""
+        self.env = env
+        todo = [j for j in jobs if j.key not in done]
+        self._total, self._done = len(todo), 0
+        self.compiler.start([j.unit for j in todo if j.unit is not None])
+        self._cost = {id(j): job_seconds(j, self.opts.timing) for j in jobs}
+        self._eta = {"left": sum(self._cost[id(j)] for j in todo), "done": 0.0}
+        self.shapes.cost = self._cost
+        self.shapes.adopt(claims or {}, self.slots)
+        deadline = self.t0 + self.opts.budget_s if self.opts.budget_s else None
+        self._run_t0 = time.monotonic()
+        starting = True
+        while True:
+            for slot in self.slots:
+                starting = starting and self._fill(slot, todo, deadline, writer)
+            busy = [s for s in self.slots if s.job is not None]
+            if not busy:
+                if not todo or not starting or all(s.retired for s in self.slots):
+                    break
+                self._pump(0.5)              # waiting for compile helpers
+                continue
+            self._pump(min(0.5, min(s.end for s in busy) - time.monotonic()))
+            for slot in busy:
+                starting = self._collect(slot, todo, writer) and starting
         self.left = len(todo)
         self.shutdown()
-        return {"finished": finished, "left": len(todo), "counts": dict(self.counts),
+        return {"finished": self._done, "left": len(todo), "counts": dict(self.counts),
                 "stopped": self.stopped_reason}
 
     def shutdown(self) -> None:
         self.compiler.shutdown()
-        if self.worker is not None:
-            self.worker.stop()
-            self.worker = None
-        if self.log is not None:
-            self.log.close()
-            self.log = None
+        for slot in self.slots:
+            if slot.worker is not None:
+                slot.worker.stop()
+                slot.worker = None
+        for f in self.logs.values():
+            f.close()
+        self.logs = {}
 
     # -- printing
-    def _progress(self, done: int, total: int, row: dict, elapsed: float) -> None:
+    def _progress(self, done: int, total: int, row: dict, elapsed: float,
+                  slot: Optional[Slot] = None) -> None:
         if self.opts.quiet:
             return
         frac = done / total if total else 1.0
@@ -282,8 +402,9 @@ class Sweep:
                 self.best[row["case"]] = (tf, row["config_id"])
                 mark = "  * best so far"
         res = f"{tf:7.1f} TFLOPS" if tf else f"{row['status'].upper():>14}"
+        where = f"{slot.label} " if slot is not None and slot.label else ""
         line = (f"[{bar}] {done:>4}/{total} {100 * frac:3.0f}% ETA {format_seconds(eta):>6} | "
-                f"{row['case']:<30} {_who(row):<18} {res}{mark}")
+                f"{where}{row['case']:<30} {_who(row):<18} {res}{mark}")
         if row.get("status") != "ok" and row.get("error"):
             line += "\n      " + str(row["error"]).strip().splitlines()[0][:200]
         self.echo(line)

@@ -53,7 +53,7 @@ DEFAULT_FAMILY = "fmha_fwd"
 V1_FIELDS = ("dtype", "head_dim", "causal", "seq_bucket")
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "tuned_configs.json"
 _INFO_STR = ("date", "source", "config_id", "commit", "sweep_id")
-_INFO_NUM = ("tflops", "default_tflops", "speedup_vs_default")
+_INFO_NUM = ("tflops", "default_tflops", "speedup_vs_default", "gpus", "tflops_spread")
 
 
 class TunedStoreError(ValueError):

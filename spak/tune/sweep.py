@@ -34,6 +34,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +45,12 @@ from spak import __version__, families
 from spak.results.jsonl import read_results, row_problem
 from spak.results.provenance import slug
 from spak.tune.jobs import Job, plan_jobs
+from spak.tune.merge import merge_gpu_rows
 from spak.tune.runner import SCHEMA, SCHEMAS_READ, format_seconds
 from spak.tune.space import ROOT, describe_override, expand_space, load_space, tile_keys
 
 __all__ = ["SCHEMA", "RESULT_FIELDS", "SweepPlan", "select_problems", "plan_sweep",
-           "done_keys", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
+           "done_keys", "done_by_gpu", "gpu_list", "gpu_names", "gpus_text", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
            "end_line", "result_rows", "summarize", "list_lines", "header_text",
            "read_results"]
 
@@ -62,7 +65,9 @@ Hq, Hkv, Sq, Sk, D), dtype, causal, flops; provider ("spak-<kernel>" swept confi
 ({TILE_M, TILE_N, occupancy, num_ctas}; null for SDPA); status (ok, compile_error,
 launch_error, wrong_result, invalid_config, unsupported, oom, error, timeout, crash),
 error; nonfinite, rel_l2_vs_sdpa, check_rtol; ms_median, ms_min, ms_max, ms_p25, ms_p75,
-spread, runs, tflops; first_call_s (includes the compile), wall_s."""
+spread, runs, tflops; first_call_s (includes the compile), wall_s; host; with --gpus:
+gpu_index (the worker's CUDA_VISIBLE_DEVICES entry), and after a worker fault attempts (2)
+and retried_after (the first attempt's failure)."""
 
 
 def _utc(fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
@@ -113,15 +118,12 @@ def plan_sweep(fam, kernel: str, problems, arch: str, *, plan_path=None,
                                peers=peers, family=fam))
 
 
-def done_keys(rows, gpu: str, kernel: str, retry_failed: bool,
-              family: str = families.DEFAULT) -> set:
-    """(case, provider, config_id) of the rows --resume need not run again: this GPU's,
-    this family's, this kernel's (peers' rows of any kernel), well-formed, and ok when
-    ``retry_failed``."""
-    done = set()
+def _resumable(rows, kernel: str, retry_failed: bool, family: str):
+    """The well-formed result rows of this family and kernel (peers' rows of any kernel),
+    only the ok ones when ``retry_failed``: what --resume may skip."""
     for r in rows:
         if r.get("schema") not in SCHEMAS_READ or r.get("kind") != "result" \
-                or r.get("gpu") != gpu or r.get("family", families.DEFAULT) != family:
+                or r.get("family", families.DEFAULT) != family:
             continue
         if row_problem(r) or not all(isinstance(r.get(k), str)
                                      for k in ("case", "provider", "config_id")):
@@ -130,8 +132,61 @@ def done_keys(rows, gpu: str, kernel: str, retry_failed: bool,
             continue
         if retry_failed and r.get("status") != "ok":
             continue
-        done.add((r["case"], r["provider"], r["config_id"]))
-    return done
+        yield r
+
+
+def done_keys(rows, gpu: str, kernel: str, retry_failed: bool,
+              family: str = families.DEFAULT) -> set:
+    """(case, provider, config_id) of the rows --resume need not run again: this GPU's,
+    this family's, this kernel's (peers' rows of any kernel), well-formed, and ok when
+    ``retry_failed``."""
+    return {(r["case"], r["provider"], r["config_id"])
+            for r in _resumable(rows, kernel, retry_failed, family) if r.get("gpu") == gpu}
+
+
+def done_by_gpu(rows, gpus: dict, kernel: str, retry_failed: bool,
+                family: str = families.DEFAULT, host: Optional[str] = None) -> tuple[set, dict]:
+    """--resume with --gpus: (done keys, {case: GPU}). ``gpus``: {CUDA_VISIBLE_DEVICES
+    entry: GPU name} of this run. A case stays with the GPU of this host that measured it
+    first, and only that GPU's rows of it count as done, so its remaining configs are timed
+    beside the peers they are compared with; a case measured on a GPU not in this run
+    runs again whole."""
+    host = host or socket.gethostname()
+    done, claims = set(), {}
+    for r in _resumable(rows, kernel, retry_failed, family):
+        gpu = None if r.get("gpu_index") is None else str(r["gpu_index"])
+        if r.get("host") != host or gpu not in gpus or gpus[gpu] != r.get("gpu"):
+            continue
+        if claims.setdefault(r["case"], gpu) == gpu:
+            done.add((r["case"], r["provider"], r["config_id"]))
+    return done, claims
+
+
+def gpu_list(text: str) -> list[str]:
+    """--gpus: "all" (CUDA_VISIBLE_DEVICES' entries when set, else nvidia-smi's indices) or
+    "0,1,3" -> the CUDA_VISIBLE_DEVICES entry of each GPU; ValueError saying what is wrong."""
+    if text.strip().lower() == "all":
+        env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if env is not None:
+            items = [x.strip() for x in env.split(",") if x.strip()]
+        else:
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=60, check=True)
+            except (OSError, subprocess.SubprocessError) as e:
+                raise ValueError(f"cannot list this machine's GPUs (nvidia-smi: "
+                                 f"{type(e).__name__}); name them, e.g. --gpus 0,1") from None
+            items = [x.strip() for x in out.stdout.splitlines() if x.strip()]
+        if not items:
+            raise ValueError("no GPU visible (CUDA_VISIBLE_DEVICES is empty)")
+        return items
+    items = [x.strip() for x in text.split(",")]
+    if not all(items) or not all(x.isdigit() or x.startswith(("GPU-", "MIG-")) for x in items):
+        raise ValueError(f"{text!r} is not 'all' or a comma-separated list of GPU indices "
+                         f"(or UUIDs), e.g. 0,1,3")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{text!r} names a GPU twice")
+    return items
 
 
 def auto_out_path(gpu: str, kernel: str, family: str = families.DEFAULT) -> Path:
@@ -162,7 +217,8 @@ def auto_compile_jobs(runner: str) -> int:
 
 def run_env(hello: dict, arch: str, commit: Optional[str], dirty) -> dict:
     """The fields every line of this run carries: GPU, arch, commit and versions."""
-    return {"gpu": hello["gpu"], "arch": arch, "commit": commit, "dirty": dirty,
+    return {"gpu": hello["gpu"], "host": socket.gethostname(), "arch": arch,
+            "commit": commit, "dirty": dirty,
             "torch": hello.get("torch"), "cuda": hello.get("cuda"),
             "cuda_tile": hello.get("cuda_tile"), "spak": __version__}
 
@@ -174,24 +230,52 @@ def start_line(sweep, env: dict, fam, kernel: str, plan: SweepPlan, problems, to
             **env, "family": fam.name, "kernel": kernel, "space": plan.space,
             "space_source": plan.source, "shapes": [p.case_id for p in problems],
             "jobs": len(plan.jobs), "todo": todo, "options": options, "command": command,
-            "parent_pid": os.getpid(), "worker_pid": worker_pid}
+            "parent_pid": os.getpid(), "worker_pid": worker_pid, **_gpus_field(sweep)}
+
+
+def gpu_names(sweep) -> list[str]:
+    """The names of the GPUs whose workers run, in slot order (one name per GPU)."""
+    return [s.hello["gpu"] for s in sweep.slots if s.hello and not s.retired]
+
+
+def gpus_text(sweep) -> str:
+    """"2 GPUs (gpu0 NVIDIA H100 80GB HBM3, gpu1 ...)" for a --gpus sweep, else ""."""
+    if not sweep.multi:
+        return ""
+    live = [s for s in sweep.slots if s.hello and not s.retired]
+    return f"{len(live)} GPU{'s' if len(live) > 1 else ''} (" + \
+        ", ".join(f"{s.label} {s.hello['gpu']}" for s in live) + ")"
+
+
+def _gpus_field(sweep) -> dict:
+    """{"gpus": [{gpu_index, gpu, pid}, ...]} of a --gpus sweep's workers, else {}."""
+    if not sweep.multi:
+        return {}
+    return {"gpus": [{"gpu_index": s.index, "gpu": (s.hello or {}).get("gpu"),
+                      "pid": (s.hello or {}).get("pid"), "retired": s.retired}
+                     for s in sweep.slots]}
 
 
 def end_line(sweep, gpu: str, status: str, res: dict) -> dict:
     """The "end" line: how the invocation ended and what it did."""
     return {"schema": SCHEMA, "kind": "end", "sweep_id": sweep.sweep_id, "date": _utc(),
             "gpu": gpu, "status": status, "left": res["left"], "counts": res["counts"],
-            "worker_starts": sweep.worker_starts, "wall_s": time.monotonic() - sweep.t0}
+            "worker_starts": sweep.worker_starts, "wall_s": time.monotonic() - sweep.t0,
+            **_gpus_field(sweep)}
 
 
-def result_rows(path, gpu: str, kernel: str, cases, family: str = families.DEFAULT) -> list:
-    """The file's result rows of this GPU, family and shapes: this kernel's and the peers'."""
+def result_rows(path, gpus, kernel: str, cases, family: str = families.DEFAULT) -> list:
+    """The file's result rows of these GPU names (one name or several), family and shapes:
+    this kernel's and the peers', several GPUs' rows of one measurement merged
+    (spak.tune.merge)."""
     cases = set(cases)
-    return [r for r in read_results(path)
-            if r.get("kind") == "result" and r.get("gpu") == gpu
-            and r.get("family", families.DEFAULT) == family
-            and (r.get("kernel") == kernel or str(r["provider"]).startswith("sdpa-"))
-            and r.get("case") in cases]
+    gpus = {gpus} if isinstance(gpus, str) else set(gpus)
+    return merge_gpu_rows(
+        r for r in read_results(path)
+        if r.get("kind") == "result" and r.get("gpu") in gpus
+        and r.get("family", families.DEFAULT) == family
+        and (r.get("kernel") == kernel or str(r["provider"]).startswith("sdpa-"))
+        and r.get("case") in cases)
 
 
 # ------------------------------------------------------------------ printing
@@ -208,9 +292,11 @@ def list_lines(plan: SweepPlan, n_problems: int, est: dict, helpers: int) -> lis
 
 
 def header_text(env: dict, kernel: str, plan: SweepPlan, n_problems: int, resumed: int,
-                out_path, est: dict, compile_jobs: int, budget_s, log_path) -> str:
-    """What `spak sweep` prints before the first job."""
-    return (f"spak sweep on {env['gpu']} ({env['arch']}), kernel {kernel}: "
+                out_path, est: dict, compile_jobs: int, budget_s, log_path,
+                where: str = "") -> str:
+    """What `spak sweep` prints before the first job (``where``: the GPUs, by default
+    env's one)."""
+    return (f"spak sweep on {where or env['gpu']} ({env['arch']}), kernel {kernel}: "
             f"{len(plan.configs)} configs from {plan.source}\n  space {json.dumps(plan.space)}"
             f"\n  {n_problems} shapes, {len(plan.jobs)} jobs"
             + (f", {resumed} already in {out_path} (resumed)" if resumed else "")

@@ -1,0 +1,60 @@
+"""Result rows of several GPUs of one model merged into one row per measurement.
+
+A measurement is (family, GPU name, kernel, case, provider, config id). `spak sweep --gpus`
+spreads a sweep over the GPUs of a host, and sweeps of several hosts can be read
+together; each GPU keeps its identity on its rows ("host", "gpu_index"). Merging:
+
+- rows of one GPU (same host and index; rows without them count as one GPU per name):
+  the later row replaces the earlier (a newer sweep appended to a file, a later file);
+- the ok rows of different GPUs of the same name: one row with the median of their
+  TFLOPS (and of ms_median), "gpus" the number of GPUs and "tflops_spread" the
+  (max - min) / median of their TFLOPS, so a GPU that runs slow shows;
+- a measurement no GPU got an ok row for keeps its latest row (its failure).
+
+GPUs of different names are never merged: the store files configs per GPU name.
+"""
+from __future__ import annotations
+
+import statistics
+
+from spak import families
+
+__all__ = ["measurement_key", "gpu_identity", "merge_gpu_rows"]
+
+
+def measurement_key(r: dict) -> tuple:
+    return (r.get("family", families.DEFAULT), r.get("gpu"), r.get("kernel"), r.get("case"),
+            r.get("provider"), r.get("config_id"))
+
+
+def gpu_identity(r: dict) -> tuple:
+    """(host, gpu_index): which GPU measured a row; (None, None) for a single-GPU sweep's."""
+    return (r.get("host"), r.get("gpu_index"))
+
+
+def _merged(rows: list[dict]) -> dict:
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("tflops")]
+    if not ok:
+        return rows[-1]
+    if len(ok) == 1:
+        return ok[0]
+    tf = [float(r["tflops"]) for r in ok]
+    med = statistics.median(tf)
+    row = dict(max(ok, key=lambda r: r.get("date") or ""))
+    row.update(tflops=med, gpus=len(ok), tflops_spread=(max(tf) - min(tf)) / med,
+               gpu_indices=[r.get("gpu_index") for r in ok])
+    ms = [r["ms_median"] for r in ok if isinstance(r.get("ms_median"), (int, float))]
+    if len(ms) == len(ok):
+        row["ms_median"] = statistics.median(ms)
+    return row
+
+
+def merge_gpu_rows(rows) -> list[dict]:
+    """One row per measurement (see the module doc), in the order measurements first
+    appear; rows other than results (kind != "result") are dropped."""
+    by_key: dict = {}
+    for r in rows:
+        if r.get("kind") != "result":
+            continue
+        by_key.setdefault(measurement_key(r), {})[gpu_identity(r)] = r
+    return [_merged(list(per_gpu.values())) for per_gpu in by_key.values()]

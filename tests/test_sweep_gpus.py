@@ -1,0 +1,244 @@
+"""`spak sweep --gpus` on the CPU: one worker per GPU fed from one queue, with the fake
+timing backend (spak.tune.worker.FakeRunner) in real worker subprocesses.
+
+Covered: every job runs exactly once and each shape's rows (peers, default, configs) come
+from one GPU; a worker fault is retried once on a fresh worker, then recorded; a worker
+killed from outside mid-job; a GPU whose worker cannot restart leaves the sweep and its
+shapes are timed whole elsewhere; a driver killed and resumed; several GPUs' rows merged
+by `spak store update` (median per config, spread recorded).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from spak.attention.problems import select_cases
+from spak.results.jsonl import ResultsWriter, read_results
+from spak.tune import choose, jobs as tj, merge, runner as tr, space as ts, sweep as tsw
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = ["2x4x256x64/causal", "1x4x300x64/noncausal", "1x2x200x128/causal",
+          "4x8x1024x64/causal"]
+SPACE = ["TILE_M=64,128", "TILE_N=64", "occupancy=1,2", "num_ctas=1"]
+PER_CASE = 2 + 1 + 4                      # peers, default, configs
+
+
+def _results(path) -> list[dict]:
+    return [r for r in read_results(path) if r.get("kind") == "result"]
+
+
+def _sweep(tmp_path, fake: dict, gpus, *, timeout=5.0, shapes=SHAPES, out=None,
+           done=frozenset(), claims=None, patch=None):
+    out = out or tmp_path / "g.jsonl"
+    specs = select_cases(shapes, dtype="fp16")
+    jobs = tj.plan_jobs("fused", specs, ts.expand_space(ts.parse_space_args(SPACE)),
+                        arch="sm_90")
+    opts = tr.SweepOptions(timeout=timeout, compile_jobs=0, runner="fake:" + json.dumps(fake),
+                           quiet=True, retry_faults=True)
+    s = tr.Sweep(out, opts, gpus=gpus, echo=lambda m: None)
+    if patch:
+        patch(s)
+    hellos = s.start_workers()
+    writer = ResultsWriter(out)
+    res = s.run(jobs, writer, {"gpu": hellos[0]["gpu"], "arch": "sm_90", "commit": "abc",
+                               "host": "h"}, done=done, claims=claims)
+    writer.close()
+    return s, jobs, res, out
+
+
+def _gpu_of_case(rows) -> dict:
+    by_case = defaultdict(set)
+    for r in rows:
+        by_case[r["case"]].add(r["gpu_index"])
+    return by_case
+
+
+def test_one_queue_many_gpus_each_shape_on_one_gpu(tmp_path):
+    s, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.02}, ["0", "1", "2"])
+    rows = _results(out)
+    assert res["left"] == 0 and res["stopped"] is None and s.worker_starts == 3
+    assert Counter((r["case"], r["provider"], r["config_id"]) for r in rows) == \
+        Counter(j.key for j in jobs)                          # every job exactly once
+    assert all(r["gpu"] == "Fake GPU" and r["gpu_index"] in (0, 1, 2) for r in rows)
+    by_case = _gpu_of_case(rows)
+    assert all(len(g) == 1 for g in by_case.values()), by_case   # peers beside the configs
+    assert len(set().union(*by_case.values())) == 3              # all GPUs worked
+    # the largest shape (most modelled work) is claimed first
+    first = {r["gpu_index"]: r["case"] for r in reversed(rows)}
+    assert "4x8x1024x64/fp16/causal" in first.values()
+
+
+def test_a_worker_fault_is_retried_once_then_recorded(tmp_path):
+    c = "1x4x300x64/fp16/noncausal"
+    fake = {"delay_s": 0.0, "crash": [f"128x64/o2/c1@{c}"], "hang": [f"64x64/o1/c1@{c}"]}
+    s, jobs, res, out = _sweep(tmp_path, fake, ["0", "1"], timeout=1.5)
+    rows = {(r["case"], r["config_id"]): r for r in _results(out)
+            if r["provider"] == "spak-fused"}
+    assert len(_results(out)) == len(jobs) and res["left"] == 0
+    crash, hang = rows[(c, "128x64/o2/c1")], rows[(c, "64x64/o1/c1")]
+    assert crash["status"] == "crash" and crash["attempts"] == 2
+    assert crash["retried_after"].startswith("crash: the worker died (status 13)")
+    assert hang["status"] == "timeout" and hang["attempts"] == 2
+    assert hang["retried_after"].startswith("timeout: no result within --timeout")
+    assert all("attempts" not in r for k, r in rows.items() if k not in
+               {(c, "128x64/o2/c1"), (c, "64x64/o1/c1")})
+    # a fresh worker after each of the 4 faults, unless its GPU had nothing left to run
+    assert 2 + 3 <= s.worker_starts <= 2 + 4
+    assert len({rows[k]["gpu_index"] for k in rows if k[0] == c}) == 1
+
+
+def test_a_gpu_whose_worker_cannot_restart_leaves_and_its_shapes_move(tmp_path):
+    fake = {"delay_s": 0.01, "crash": ["128x64/o2/c1"]}
+
+    def patch(s):
+        real = s.start_worker
+
+        def start_worker(slot=None):
+            if slot is not None and slot.gpu == "1" and s.worker_starts >= 2:
+                raise RuntimeError("CUDA error: unspecified launch failure (device lost)")
+            return real(slot)
+        s.start_worker = start_worker
+    s, jobs, res, out = _sweep(tmp_path, fake, ["0", "1"], patch=patch)
+    rows = _results(out)
+    assert res["left"] == 0 and res["stopped"] is None
+    assert s.slots[1].retired and "device lost" in s.slots[1].retired
+    assert {(r["case"], r["provider"], r["config_id"]) for r in rows} == {j.key for j in jobs}
+    # a shape gpu1 had started is timed whole on gpu0 too: its peers and default again
+    moved = [c for c, g in _gpu_of_case(rows).items() if g == {0, 1}]
+    assert moved
+    for c in moved:
+        on0 = {r["config_id"] if r["provider"].startswith("spak") else r["provider"]
+               for r in rows if r["case"] == c and r["gpu_index"] == 0}
+        assert {"sdpa-cudnn", "sdpa-flash", "default"} <= on0
+
+
+def test_resume_keeps_each_shape_on_its_gpu(tmp_path):
+    out = tmp_path / "r.jsonl"
+    rows = _results(_sweep(tmp_path, {"delay_s": 0.0}, ["0", "1"], out=out)[3])
+    half = [r for r in rows if r["config_id"] not in ("128x64/o1/c1", "128x64/o2/c1")]
+    out.write_text("".join(json.dumps({**r, "host": "h"}) + "\n" for r in half))
+    done, claims = tsw.done_by_gpu(read_results(out), {"0": "Fake GPU", "1": "Fake GPU"},
+                                   "fused", False, host="h")
+    assert len(done) == len(half)
+    assert claims == {r["case"]: str(r["gpu_index"]) for r in half}
+    # GPU 1 is not in this run: its shapes run again whole, on GPU 0
+    d0, c0 = tsw.done_by_gpu(read_results(out), {"0": "Fake GPU"}, "fused", False, host="h")
+    assert set(c0.values()) == {"0"} and len(d0) < len(done)
+    assert not tsw.done_by_gpu(read_results(out), {"0": "Fake GPU"}, "fused", False,
+                               host="other")[0]
+    _, jobs, res, _ = _sweep(tmp_path, {"delay_s": 0.0}, ["0", "1"], out=out, done=done,
+                             claims=claims)
+    after = _results(out)
+    assert res["finished"] == len(jobs) - len(half)
+    assert Counter((r["case"], r["provider"], r["config_id"]) for r in after) == \
+        Counter(j.key for j in jobs)
+    assert all(len(g) == 1 for g in _gpu_of_case(after).values())
+
+
+# ------------------------------------------------------------------ the real command
+
+def _cli(args, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "spak", "sweep", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, **kw)
+
+
+def _wait_rows(out, n, proc, limit=60):
+    t = time.time()
+    while time.time() - t < limit and len(_results(out)) < n and proc.poll() is None:
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_cli_worker_killed_mid_job_and_driver_killed_then_resumed(tmp_path):
+    out = tmp_path / "k.jsonl"
+    args = ["--runner", "fake:" + json.dumps({"delay_s": 0.2}), "--shapes", *SHAPES,
+            "--space", *SPACE, "--out", str(out), "--compile-jobs", "0", "--gpus", "0,1"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "spak", "sweep", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_rows(out, 3, proc)
+    start = next(r for r in read_results(out) if r.get("kind") == "start")
+    victim = start["gpus"][1]["pid"]
+    os.kill(victim, signal.SIGKILL)                   # a worker, mid-job
+    _wait_rows(out, 12, proc)
+    proc.send_signal(signal.SIGKILL)                  # then the driver
+    proc.wait()
+    before = _results(out)
+    assert 12 <= len(before) < len(SHAPES) * PER_CASE
+    retried = [r for r in before if r.get("attempts") == 2]
+    assert len(retried) == 1 and retried[0]["status"] == "ok" and \
+        retried[0]["retried_after"].startswith("crash: the worker died (signal 9)")
+    again = _cli(args + ["--resume"], timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rows = _results(out)
+    assert rows[:len(before)] == before                       # nothing finished was lost
+    keys = Counter((r["case"], r["provider"], r["config_id"]) for r in rows)
+    assert set(keys.values()) == {1} and len(keys) == len(SHAPES) * PER_CASE
+    assert all(len(g) == 1 for g in _gpu_of_case(rows).values())
+    assert "2 GPUs (gpu0 Fake GPU, gpu1 Fake GPU)" in again.stdout
+
+
+def test_cli_gpus_argument_errors(tmp_path):
+    for bad, msg in (("0,,1", "comma-separated"), ("0,0", "twice"), ("x", "comma-separated")):
+        r = _cli(["--runner", "fake:{}", "--gpus", bad, "--shapes", SHAPES[0],
+                  "--out", str(tmp_path / "e.jsonl")], timeout=60)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert tsw.gpu_list("0, 3") == ["0", "3"]
+    os.environ["CUDA_VISIBLE_DEVICES"], old = "2,GPU-abc", os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        assert tsw.gpu_list("all") == ["2", "GPU-abc"]
+    finally:
+        if old is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = old
+
+
+# ------------------------------------------------------------------ merging GPUs
+
+def _row(gpu_index, tflops, cid="64x64", *, host="h", gpu="NVIDIA H100 80GB HBM3",
+         date="2026-11-24T00:00:00Z", S=2048):
+    B = 16384 // S
+    return {"schema": "spak.tune.sweep/2", "kind": "result", "family": "fmha_fwd",
+            "gpu": gpu, "host": host, "gpu_index": gpu_index, "kernel": "fused",
+            "case": f"{B}x32x{S}x64/fp16/noncausal", "B": B, "Hq": 32, "Hkv": 32, "Sq": S,
+            "Sk": S, "D": 64, "dtype": "fp16", "causal": False, "provider": "spak-fused",
+            "config_id": cid, "status": "ok", "tflops": tflops, "ms_median": 1000.0 / tflops,
+            "config": {"TILE_M": int(cid.split("x")[0]), "TILE_N": 64, "occupancy": None,
+                       "num_ctas": None}, "date": date}
+
+
+def test_merge_takes_the_median_across_gpus_and_reports_the_spread():
+    rows = [_row(0, 300.0), _row(1, 330.0), _row(2, 310.0),
+            _row(1, 320.0, date="2026-11-25T00:00:00Z"),        # gpu1 again: replaces 330
+            _row(0, 500.0, gpu="NVIDIA H200"),                  # another model: its own row
+            {**_row(3, 1.0), "status": "crash", "tflops": None}]  # a failure does not count
+    merged = merge.merge_gpu_rows(rows)
+    h100 = next(r for r in merged if r["gpu"] == "NVIDIA H100 80GB HBM3")
+    assert len(merged) == 2 and h100["gpus"] == 3 and h100["tflops"] == 310.0
+    assert h100["tflops_spread"] == pytest.approx((320.0 - 300.0) / 310.0)
+    assert sorted(h100["gpu_indices"]) == [0, 1, 2]
+    # one failing GPU alone keeps its failure
+    assert merge.merge_gpu_rows([rows[-1]])[0]["status"] == "crash"
+
+
+def test_store_update_merges_gpus_of_one_model(tmp_path):
+    rows = [_row(0, 300.0), _row(1, 340.0), _row(2, 320.0),         # 64x64: median 320
+            _row(0, 330.0, "128x64"), _row(1, 250.0, "128x64"), _row(2, 260.0, "128x64")]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (e,) = choose.choose(read_results(p))
+    assert e["tiles"] == {"TILE_M": 64, "TILE_N": 64}                # 320 > median 260
+    assert e["tflops"] == 320.0 and e["gpus"] == 3
+    assert e["tflops_spread"] == pytest.approx(40.0 / 320.0, abs=1e-4)
+    lines = choose.update_store([p], tmp_path / "s.json")
+    assert "wrote 1 entries" in lines[-1]
