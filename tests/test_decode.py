@@ -1,0 +1,221 @@
+"""Decode attention over a KV cache (issue 18): the split-KV kernels on the simulator against
+float64, the planner's and the PyTorch API's input checks, the family's grammar, and the
+float64 reference against the FMHA one. All CPU; the GPU tests are in test_decode_gpu.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spak.attention.kvcache_ref import decode_attention_f64
+from spak.core.errors import ShapeError
+from spak.core.metrics import rel_l2
+from spak.cpu.simrun_decode import simulate_decode
+from spak.families.fmha_decode import FAMILY, DecodeProblem, make_inputs, parse_problem
+
+# Odd cases, each well under a second on the simulator. Cache slots past a sequence's
+# length are NaN and table entries past its pages are -1 (make_inputs): reading one fails.
+SIM_CASES = [
+    "2x16:2x100x64/lens=100:37/splits=2",                  # GQA 8:1, ragged
+    "2x8:2x4:70x128/causal/lens=70:4/splits=3",            # GQA 4:1, Sq=4, D=128
+    "3x8:1x90x64/page16/lens=1:90:0",                      # MQA, lengths 1 and 0
+    "2x4x4:100x64/causal/page16/lens=100:3/splits=2",      # MHA, Sq=4 > a length
+    "2x8:2x120x128/page64/lens=120:65/splits=2",           # 64-key pages, mid-page end
+    "1x12:2x2:40x64/causal/page16/splits=2",               # group of 6: 3 tiles of 2
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("case", SIM_CASES)
+def test_simulator_matches_float64(case, dtype):
+    p = parse_problem(case).__class__(**{**parse_problem(case).__dict__, "dtype": dtype})
+    row = FAMILY.sim_case("splitkv", p)
+    assert row["nonfinite"] == 0, row
+    assert row["rel_l2"] <= row["gate"], row
+    assert row["passed"]
+
+
+def test_split_counts_agree_and_runs_are_bitwise_identical():
+    p = parse_problem("2x8:2x3:300x64/causal/page16/lens=300:129")
+    inp = make_inputs(p, seed=3)
+    ref = FAMILY.reference(p, inp)["out"]
+    outs = {}
+    for splits in (1, 2, 5):
+        outs[splits], _ = simulate_decode(inp, causal=True, num_splits=splits,
+                                          tiles={"TILE_N": 32})
+        assert rel_l2(outs[splits], ref) <= 1e-3
+    again, _ = simulate_decode(inp, causal=True, num_splits=5, tiles={"TILE_N": 32})
+    assert np.array_equal(again.view(np.uint16), outs[5].view(np.uint16))
+
+
+def test_gate_can_fail():
+    """The comparison notices a wrong answer: the causal output against the non-causal
+    reference, and a length-0 sequence must be exactly zero."""
+    p = parse_problem("2x8:2x4:64x64/causal/lens=64:0/splits=2")
+    inp = make_inputs(p)
+    out, _ = simulate_decode(inp, causal=True, num_splits=2)
+    wrong = decode_attention_f64(inp["q"], inp["k_cache"], inp["v_cache"],
+                                 inp["cache_seqlens"], causal=False)
+    assert rel_l2(out, wrong) > 1e-2
+    assert not out[1].any()
+
+
+def test_reference_matches_fmha_reference():
+    """The KV-cache reference against spak.attention.reference (another implementation):
+    full-length contiguous cache, GQA, causal bottom-right; and the paged layout of the
+    same keys gives the same answer."""
+    from spak.attention.reference import attention_f64
+    rng = np.random.default_rng(7)
+    B, Sq, Hq, Hkv, Sk, D = 2, 3, 8, 2, 40, 16
+    q = rng.standard_normal((B, Sq, Hq, D))
+    k = rng.standard_normal((B, Sk, Hkv, D))
+    v = rng.standard_normal((B, Sk, Hkv, D))
+    lens = np.array([Sk, Sk], np.int32)
+    got = decode_attention_f64(q, k, v, lens, causal=True)
+    want = attention_f64(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3),
+                         v.transpose(0, 2, 1, 3), causal=True).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    page = 8
+    table = rng.permutation(B * Sk // page).reshape(B, -1)
+    kp, vp = np.empty((B * Sk // page, page, Hkv, D)), np.empty((B * Sk // page, page, Hkv, D))
+    kp[table] = k.reshape(B, -1, page, Hkv, D)
+    vp[table] = v.reshape(B, -1, page, Hkv, D)
+    paged = decode_attention_f64(q, kp, vp, lens, table, causal=True)
+    np.testing.assert_allclose(paged, got, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------- the planner
+
+def _arrays(**over):
+    a = dict(q=np.zeros((2, 1, 8, 64), np.float16), k=np.zeros((2, 32, 2, 64), np.float16),
+             v=np.zeros((2, 32, 2, 64), np.float16), lens=np.zeros(2, np.int32),
+             out=np.zeros((2, 1, 8, 64), np.float16), block_table=None)
+    a.update(over)
+    return a
+
+
+@pytest.mark.parametrize("over, kw, err, words", [
+    (dict(q=np.zeros((2, 8, 64), np.float16)), {}, ValueError, "q must be 4D"),
+    (dict(q=np.zeros((2, 1, 6, 64), np.float16), out=np.zeros((2, 1, 6, 64), np.float16),
+          k=np.zeros((2, 32, 4, 64), np.float16), v=np.zeros((2, 32, 4, 64), np.float16)),
+     {}, ValueError, "multiple of the cache's kv heads"),
+    (dict(v=np.zeros((2, 16, 2, 64), np.float16)), {}, ValueError, "k_cache and v_cache"),
+    (dict(lens=np.zeros(2, np.int64)), {}, TypeError, "cache_seqlens dtype must be int32"),
+    (dict(lens=np.zeros(3, np.int32)), {}, ValueError, "cache_seqlens must have shape"),
+    (dict(out=np.zeros((2, 1, 8, 32), np.float16)), {}, ValueError, "out must have shape"),
+    (dict(k=np.zeros((2, 32, 2, 64), np.float32), v=np.zeros((2, 32, 2, 64), np.float32)),
+     {}, TypeError, "k_cache dtype"),
+    (dict(block_table=np.zeros((2, 4), np.int32), k=np.zeros((8, 24, 2, 64), np.float16),
+          v=np.zeros((8, 24, 2, 64), np.float16)), {}, ValueError, "power of two >= 16"),
+    (dict(block_table=np.zeros((3, 4), np.int32)), {}, ValueError, "block_table must be 2D"),
+    ({}, dict(num_splits=0), ValueError, "num_splits"),
+    ({}, dict(tiles={"TILE_M": 64}), ValueError, "unknown keys"),
+    ({}, dict(tiles={"TILE_N": 48}), ValueError, "power of two"),
+    ({}, dict(causal=1), TypeError, "causal must be a bool"),
+    ({}, dict(scale=float("nan")), ValueError, "scale"),
+])
+def test_planner_rejects_bad_input(over, kw, err, words):
+    from spak.gpu.plan_decode import plan_decode
+    a = _arrays(**over)
+    with pytest.raises(err, match=words):
+        plan_decode(a["q"], a["k"], a["v"], a["lens"], a["out"], block_table=a["block_table"],
+                    **kw)
+
+
+def test_row_tiles_and_split_choice():
+    from spak.gpu.plan_decode import choose_num_splits, row_tiles
+    assert row_tiles(32, 8, 1, 64) == (4, 4)        # GQA 4:1: 4 heads x 4 padded rows
+    assert row_tiles(32, 32, 1, 64) == (1, 16)      # MHA: rows padded to 16
+    assert row_tiles(32, 1, 4, 64) == (32, 2)       # MQA, Sq=4: two query tiles
+    assert row_tiles(12, 2, 1, 64) == (2, 8)        # group of 6: tiles of 2 heads
+    assert choose_num_splits(8, 256, 132) == 33     # few blocks: split for 2 waves
+    assert choose_num_splits(2048, 256, 132) == 1   # enough blocks already
+    assert choose_num_splits(1, 4, 132) == 2        # at least 2 key tiles per split
+
+
+# ----------------------------------------------------------------------- the grammar
+
+def test_grammar_round_trip_and_expansion():
+    p = parse_problem("2x8:1x4:77x64/causal/page16/lens=77:5/splits=3/bf16")
+    assert (p.B, p.Hq, p.Hkv, p.Sq, p.Sk, p.D, p.page, p.lens, p.splits) == \
+        (2, 8, 1, 4, 77, 64, 16, (77, 5), 3)
+    assert parse_problem(p.case_id) == p
+    one = FAMILY.select(["1x32:8x4096x128"])           # Sq = 1: causal changes nothing
+    assert [(q.dtype, q.causal) for q in one] == [("fp16", False), ("bf16", False)]
+    assert len(FAMILY.select(["1x8x4:64x64"], dtype="fp16")) == 2
+    assert FAMILY.select(["default"], dtype="fp16")
+    assert isinstance(DecodeProblem(1, 1, 1, 1, 1, 16), DecodeProblem)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("1x8x64", "not a decode shape"),
+    ("2x8:3x100x64", "multiple of Hkv"),
+    ("2x8x100x64/lens=5", "lens must hold B=2"),
+    ("1x8x100x64/lens=101", r"\[0, Sk=100\]"),
+    ("1x8x100x64/page24", "power of two >= 16"),
+    ("1x8x100x64/sliding", "unknown qualifier"),
+    ("1x8x100x64/fp16/bf16", "conflicting"),
+])
+def test_grammar_errors(text, words):
+    with pytest.raises(ShapeError, match=words):
+        parse_problem(text)
+
+
+def test_spak_sim_family_cli(capsys):
+    from spak.cli import main
+    rc = main(["sim", "--family", "fmha_decode", "--shapes", "2x8:2x40x64/lens=40:9",
+               "--dtype", "fp16"])
+    assert rc == 0, capsys.readouterr()
+    assert "1/1 cases passed" in capsys.readouterr().out
+
+
+def test_bytes_moved_counts_each_sequence():
+    p = parse_problem("2x8:2x100x64/lens=100:0")
+    assert FAMILY.bytes_moved(p) == 100 * 2 * 2 * 64 * 2 + 2 * 2 * 1 * 8 * 64 * 2
+
+
+# ----------------------------------------------------------------------- the API
+
+torch = pytest.importorskip("torch")
+
+
+def _t(*shape, dtype=None):
+    return torch.randn(*shape, dtype=dtype or torch.float16)
+
+
+@pytest.mark.parametrize("mutate, err, words", [
+    (lambda a: a.update(q=np.zeros((2, 1, 8, 64))), TypeError, "q must be a torch.Tensor"),
+    (lambda a: a.update(q=_t(2, 8, 64)), ValueError, "q must be 4D"),
+    (lambda a: a.update(q=_t(2, 1, 8, 64, dtype=torch.float32)), TypeError, "q dtype"),
+    (lambda a: a.update(k=_t(2, 32, 2, 64, dtype=torch.bfloat16)), TypeError, "k_cache dtype"),
+    (lambda a: a.update(k=_t(2, 32, 3, 64), v=_t(2, 32, 3, 64)), ValueError, "multiple"),
+    (lambda a: a.update(k=_t(2, 64, 2, 32).transpose(1, 3)), ValueError, "contiguous"),
+    (lambda a: a.update(lens=torch.zeros(2)), TypeError, "cache_seqlens dtype"),
+    (lambda a: a.update(lens=torch.zeros(3, dtype=torch.int32)), ValueError, "cache_seqlens"),
+    (lambda a: a.update(lens=-1), ValueError, "cache_seqlens must be >= 0"),
+    (lambda a: a.update(bt=torch.zeros(2, 4, dtype=torch.int32), k=_t(8, 24, 2, 64),
+                        v=_t(8, 24, 2, 64)), ValueError, "page_size"),
+    (lambda a: a.update(bt=torch.zeros(2, 4)), TypeError, "block_table dtype"),
+    (lambda a: a.update(kw=dict(is_causal=None)), TypeError, "is_causal"),
+    (lambda a: a.update(kw=dict(scale="1")), TypeError, "scale"),
+    (lambda a: a.update(kw=dict(num_splits=1000)), ValueError, "num_splits"),
+    (lambda a: a.update(kw=dict(tiles={"TILE_N": 100})), ValueError, "tiles"),
+    (lambda a: None, ValueError, "must be CUDA tensors"),
+])
+def test_api_rejects_bad_input(mutate, err, words):
+    import spak
+    a = dict(q=_t(2, 1, 8, 64), k=_t(2, 32, 2, 64), v=_t(2, 32, 2, 64),
+             lens=torch.tensor([5, 32], dtype=torch.int32), bt=None, kw={})
+    mutate(a)
+    with pytest.raises(err, match=words):
+        spak.fmha_kvcache(a["q"], a["k"], a["v"], a["lens"], block_table=a["bt"], **a["kw"])
+
+
+def test_custom_op_fake_shape():
+    """torch.compile traces the op through its fake implementation: [B, Sq, Hq, Dv]."""
+    import spak.kvcache  # noqa: F401 -- registers torch.ops.spak.fmha_kvcache
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q, k, v = _t(3, 2, 8, 64), _t(3, 16, 2, 64), _t(3, 16, 2, 32)
+        out = torch.ops.spak.fmha_kvcache(q, k, v, torch.zeros(3, dtype=torch.int32), None,
+                                          True, 0.125, 0, 128, 64)
+    assert tuple(out.shape) == (3, 2, 8, 32) and out.dtype == torch.float16
