@@ -34,17 +34,14 @@ def failure_text(exc: BaseException) -> str:
 
 
 def _is_compile_error(exc: BaseException) -> bool:
+    """cuTile's own errors (TileError: compile-time checks, the compiler) or a compiler
+    set-up failure spak.device.env recognises."""
+    from spak.device import env as gpu_env
     try:
         from cuda.tile._exception import TileError
-        if isinstance(exc, TileError):
-            return True
     except ImportError:
-        pass
-    try:
-        from spak.device import env as gpu_env
-        return bool(gpu_env.is_compile_error(exc))
-    except Exception:  # noqa: BLE001 -- no verdict is "not a compile error"
-        return False
+        TileError = ()
+    return isinstance(exc, TileError) or gpu_env.is_compile_error(exc)
 
 
 def classify(exc: BaseException) -> dict:
