@@ -1,6 +1,6 @@
 """SDPA on CUDA with an additive float32 mask and fp16/bf16 queries, per backend, vs float64.
 Run on the GPU machine: python3 ci/sdpa_mask_probe.py (output: results/sdpa-mask-probe-*.txt).
-Why spak run hands SDPA its additive mask in the query dtype (spak/gpurun.py _sdpa_args)."""
+Why spak run hands SDPA its additive mask in the query dtype (spak.device.sdpa.sdpa_args)."""
 import math, torch
 F = torch.nn.functional.scaled_dot_product_attention
 from torch.nn.attention import SDPBackend, sdpa_kernel
