@@ -31,7 +31,7 @@ from .plan import (INPUT_DTYPES, MAX_HEAD_DIM, Launch, _check_bool, _check_conti
                    _check_int, _check_scale, _dtype_name, _launch, _shape, _tile_width)
 
 __all__ = ["plan_decode", "default_decode_tiles", "row_tiles", "choose_num_splits",
-           "TILE_KEYS", "MAX_SPLITS", "LAUNCH_NAMES"]
+           "auto_splits", "TILE_KEYS", "MAX_SPLITS", "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, and the most query rows
 #: (query positions x packed heads) one block holds.
@@ -79,6 +79,15 @@ def choose_num_splits(blocks: int, key_tiles: int, num_sms: int) -> int:
     return max(1, min(want, key_tiles // MIN_TILES_PER_SPLIT, MAX_SPLITS))
 
 
+def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
+                max_rows: int, num_sms: int) -> int:
+    """The split count plan_decode chooses when none is given (capacity: the cache's keys
+    per sequence, Sk_max or max_pages x page_size)."""
+    gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
+    blocks = B * (Hq // gt) * -(-Sq // sq_t)
+    return choose_num_splits(blocks, -(-capacity // tile_n), num_sms)
+
+
 def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                 block_table=None,
                 causal: bool = False,
@@ -110,7 +119,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         return []
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     tiles_qh = (Hq // gt) * -(-Sq // sq_t)
-    splits = num_splits or choose_num_splits(B * tiles_qh, -(-cap // tn), num_sms)
+    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms)
     alloc = _resolve_alloc(alloc, q)
     bt = cache_seqlens if block_table is None else block_table   # never read when contiguous
     d_t, dv_t = _tile_width(D), _tile_width(Dv)

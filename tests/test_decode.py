@@ -219,3 +219,56 @@ def test_custom_op_fake_shape():
         out = torch.ops.spak.fmha_kvcache(q, k, v, torch.zeros(3, dtype=torch.int32), None,
                                           True, 0.125, 0, 128, 64)
     assert tuple(out.shape) == (3, 2, 8, 32) and out.dtype == torch.float16
+
+
+# ------------------------------------------------------- the GPU loop's methods, on the CPU
+
+@pytest.fixture
+def sim_launch(monkeypatch):
+    """cuTile's launch (through spak.gpu.launch) runs the kernel in the CPU simulator on
+    the tensors' memory, so the family's GpuCall computes real outputs on the CPU."""
+    import types
+    from spak import sim
+    import spak.gpu.launch as gl
+
+    def launch(stream, grid, kernel, args):
+        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
+                                  else a for a in args])
+    monkeypatch.setattr(gl, "ct", types.SimpleNamespace(launch=launch))
+    monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
+
+
+@pytest.mark.parametrize("case", ["2x8:2x3:100x64/causal/page16/lens=100:40/fp16",
+                                  "2x16:2x90x64/lens=90:7/fp16"])
+def test_gpu_loop_methods_on_the_simulator(sim_launch, case):
+    from spak.device import agreement
+    p = FAMILY.parse(case)
+    x = FAMILY.gpu_inputs(p, 0, 0, "cpu")
+    assert torch.isnan(x["k_cache"]).any() and not torch.isnan(x["q"]).any()   # dead slots
+    config = {**FAMILY.gpu_config("splitkv", p, "cpu"), "num_splits": 3}
+    call = FAMILY.gpu_call("splitkv", p, x, config)
+    assert torch.isnan(call.outputs["out"]).all()                              # poisoned
+    call()
+    row = FAMILY.gpu_check(p, x, call.outputs, FAMILY.gpu_reference(p, x))
+    assert row["passed"] and row["nonfinite"] == 0, row
+    res = agreement.agreement(FAMILY, "splitkv", p, x, call.outputs, config, model="sm_90")
+    assert res["fraction_bit_identical"] == 1.0, res
+    assert ("kv head 0" in res["slice"]) and res["elements"] > 0
+
+
+def test_gpu_reference_matches_the_numpy_one():
+    p = FAMILY.parse("2x8:2x4:50x64/causal/page16/lens=50:9/fp16")
+    x = FAMILY.gpu_inputs(p, 1, 0, "cpu")
+    npx = {k: (None if v is None else v.numpy()) for k, v in x.items()}
+    want = decode_attention_f64(npx["q"], npx["k_cache"], npx["v_cache"],
+                                npx["cache_seqlens"], npx["block_table"], causal=True)
+    got = FAMILY.gpu_reference(p, x)["out"].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_peers_only_where_sdpa_computes_the_same_function():
+    assert set(FAMILY.peer_calls(FAMILY.parse("2x8:2x64x64"), None)) == {
+        "sdpa-cudnn", "sdpa-flash", "sdpa-efficient"}
+    assert FAMILY.peer_calls(FAMILY.parse("2x8:2x64x64/page16"), None) == {}
+    assert FAMILY.peer_calls(FAMILY.parse("2x8:2x4:64x64/causal"), None) == {}
+    assert FAMILY.has_gpu_loop()

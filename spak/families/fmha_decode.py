@@ -331,6 +331,38 @@ class FmhaDecode(KernelFamily):
         return {"dtype": p.dtype, "head_dim": p.D, "group": p.Hq // p.Hkv, "seq_q": p.Sq,
                 "paged": bool(p.page)}
 
+    # the GPU loop (spak/device/decode_gpu.py)
+    def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
+        from spak.device.decode_gpu import decode_gpu_inputs
+        return decode_gpu_inputs(problem, seed, set_index, device)
+
+    def gpu_reference(self, problem, inputs) -> dict:
+        from spak.device.decode_gpu import decode_reference
+        return decode_reference(problem, inputs)
+
+    def gpu_config(self, kernel, problem, device, tiles=None) -> dict:
+        if tiles is not None:                     # --tiles MxN: MAX_ROWS x TILE_N
+            return _tiles(tiles)
+        return super().gpu_config(kernel, problem, device)
+
+    def workspace_bytes(self, kernel, problem) -> int:
+        p = problem                               # partial (acc, m, l) per split, bound
+        from spak.gpu.plan_decode import MAX_SPLITS
+        return MAX_SPLITS * p.B * p.Sq * p.Hq * (p.D + 2) * 4
+
+    def gpu_call(self, kernel, problem, inputs, config, *, alloc=None):
+        from spak.device.decode_gpu import decode_call
+        return decode_call(problem, inputs, config, alloc=alloc)
+
+    def peer_calls(self, problem, inputs, names=None) -> dict:
+        from spak.device.decode_gpu import decode_peers
+        return decode_peers(problem, names)
+
+    def sim_slice(self, kernel, problem, inputs, outputs, config, *, heads=1, work=1 << 29):
+        from spak.device.decode_gpu import decode_sim_slice, split_count
+        return decode_sim_slice(problem, inputs, outputs["out"], config,
+                                splits=split_count(problem, inputs, config), work=work)
+
     def compile_variant(self, item) -> dict:
         from spak.gpu.compile_decode import compile_decode_variant
         return compile_decode_variant(arch=item["arch"], dtype=item["dtype"],

@@ -1,0 +1,190 @@
+"""The fmha_decode family's side of the GPU loop (`spak run`, the sweep's worker): inputs
+on the device, the float64 reference there, a planned call of the split-KV kernels, SDPA
+peers and the slice the simulator re-computes. torch is imported inside the functions.
+
+Input sets are {"q", "k_cache", "v_cache", "cache_seqlens", "block_table"} (block_table
+None for a contiguous cache), as spak.families.fmha_decode.make_inputs gives on the CPU.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+from spak.device.calls import GpuCall, PeerCall, SimSlice
+
+__all__ = ["decode_gpu_inputs", "decode_reference", "decode_call", "decode_sim_slice",
+           "decode_peers", "split_count"]
+
+
+def _dtype(p):
+    import torch
+    return torch.float16 if p.dtype == "fp16" else torch.bfloat16
+
+
+def decode_gpu_inputs(p, seed: int = 0, set_index: int = 0, device="cuda") -> dict:
+    """N(0, 1) q and caches on ``device``, reproducible from (case_id, seed, set_index);
+    cache slots past a sequence's length NaN and table entries past its pages -1, as on
+    the CPU. A paged cache's table is a shuffle of its pages."""
+    import torch
+    g = torch.Generator(device=device).manual_seed(
+        (zlib.crc32(p.case_id.encode()) * 1000 + seed * 97 + set_index) % (2 ** 63))
+    dt = _dtype(p)
+    lens = torch.tensor(p.seq_lens, dtype=torch.int32, device=device)
+    q = torch.randn((p.B, p.Sq, p.Hq, p.D), device=device, dtype=dt, generator=g)
+    if not p.page:
+        k, v = (torch.randn((p.B, p.Sk, p.Hkv, p.D), device=device, dtype=dt, generator=g)
+                for _ in range(2))
+        dead = torch.arange(p.Sk, device=device)[None, :] >= lens[:, None]      # [B, Sk]
+        k[dead], v[dead] = float("nan"), float("nan")
+        return {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": lens, "block_table": None}
+    per = -(-p.Sk // p.page)
+    k, v = (torch.randn((p.B * per + 1, p.page, p.Hkv, p.D), device=device, dtype=dt,
+                        generator=g) for _ in range(2))
+    table = torch.randperm(p.B * per + 1, device=device, generator=g)[:p.B * per]
+    table = table.view(p.B, per).to(torch.int32)
+    rows = torch.arange(per * p.page, device=device).view(per, p.page)
+    used = torch.zeros(k.shape[:2], dtype=torch.bool, device=device)
+    for b, n in enumerate(p.seq_lens):
+        used[table[b].long()] = rows < n
+        table[b, -(-n // p.page):] = -1
+    k[~used], v[~used] = float("nan"), float("nan")
+    return {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": lens, "block_table": table}
+
+
+def _sequence(cache, table, b, n):
+    """Sequence b's first n cache rows, [n, Hkv, D]."""
+    if table is None:
+        return cache[b, :n]
+    pages = table[b, :-(-n // cache.shape[1])].long()
+    return cache[pages].flatten(0, 1)[:n]
+
+
+def decode_reference(p, inputs) -> dict:
+    """float64 on the inputs' device, one sequence at a time."""
+    import torch
+    q = inputs["q"]
+    out = torch.zeros((p.B, p.Sq, p.Hq, inputs["v_cache"].shape[3]), dtype=torch.float64,
+                      device=q.device)
+    group, scale = p.Hq // p.Hkv, 1.0 / math.sqrt(p.D)
+    for b, n in enumerate(p.seq_lens):
+        if n == 0:
+            continue
+        k = _sequence(inputs["k_cache"], inputs["block_table"], b, n).double()
+        v = _sequence(inputs["v_cache"], inputs["block_table"], b, n).double()
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        s = torch.einsum("qhd,khd->hqk", q[b].double(), k) * scale
+        if p.causal:
+            allowed = (torch.arange(n, device=q.device)[None, :]
+                       <= torch.arange(p.Sq, device=q.device)[:, None] + (n - p.Sq))
+            s = s.masked_fill(~allowed, float("-inf"))
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)          # rows that see no key: 0
+        out[b] = torch.einsum("hqk,khd->qhd", w, v)
+    return {"out": out}
+
+
+def _split_config(config):
+    from spak.gpu.variants import split_config
+    tiles, hints = split_config({k: v for k, v in config.items() if k != "num_splits"})
+    return tiles, hints, config.get("num_splits")
+
+
+def decode_call(p, inputs, config, *, alloc=None) -> GpuCall:
+    """The planned split-KV (and combine) launches into a NaN-filled output."""
+    import torch
+    import spak.gpu.launch as gl
+    from spak.gpu.plan_decode import plan_decode
+    from spak.gpu.variants import apply_hints
+    tiles, hints, splits = _split_config(config)
+    q = inputs["q"]
+    out = torch.full((p.B, p.Sq, p.Hq, inputs["v_cache"].shape[3]), float("nan"),
+                     dtype=q.dtype, device=q.device)
+    sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+           if q.device.type == "cuda" else 132)
+    launches = plan_decode(q, inputs["k_cache"], inputs["v_cache"], inputs["cache_seqlens"],
+                           out, block_table=inputs["block_table"], causal=p.causal,
+                           num_splits=splits or p.splits, tiles=tiles, num_sms=sms,
+                           alloc=alloc or gl.torch_alloc(q))
+    return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
+
+
+def split_count(p, inputs, config) -> int:
+    """The key splits decode_call plans for this problem and config on the inputs' device."""
+    import torch
+    from spak.gpu.plan_decode import auto_splits, default_decode_tiles
+    tiles, _, splits = _split_config(config)
+    if splits or p.splits:
+        return int(splits or p.splits)
+    t = {**default_decode_tiles(p.D), **tiles}
+    dev = inputs["q"].device
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count \
+        if dev.type == "cuda" else 132
+    k, bt = inputs["k_cache"], inputs["block_table"]
+    cap = k.shape[1] * (1 if bt is None else bt.shape[1])
+    return auto_splits(p.B, p.Hq, p.Hkv, p.Sq, cap, t["TILE_N"], t["MAX_ROWS"], sms)
+
+
+def decode_sim_slice(p, inputs, out, config, *, splits: int, work: int) -> SimSlice:
+    """Sequence 0 and query heads of kv head 0 (as many as fit ``work`` = rows x keys x D,
+    at least one head tile), every key of it, with the GPU call's tiles and split count:
+    the same tiles, partition and order as on the GPU, so the bits must agree."""
+    import torch
+    from spak.gpu.plan_decode import default_decode_tiles, row_tiles
+    tiles, _, _ = _split_config(config)
+    tiles = {**default_decode_tiles(p.D), **tiles}
+    group = p.Hq // p.Hkv
+    gt, _ = row_tiles(p.Hq, p.Hkv, p.Sq, tiles["MAX_ROWS"])
+    n = p.seq_lens[0]
+    heads = group
+    while heads > gt and p.Sq * heads * max(n, 1) * p.D > work:
+        heads //= 2
+    sub = p.__class__(**{**p.__dict__, "B": 1, "Hq": heads, "Hkv": 1, "lens": (n,),
+                         "splits": splits})
+    cvt = (lambda t: t.cpu().numpy()) if p.dtype == "fp16" else \
+        (lambda t: t.float().cpu().numpy())
+    table = inputs["block_table"]
+    ks, vs = inputs["k_cache"], inputs["v_cache"]
+    if table is None:
+        ks, vs, bt = ks[0:1, :, 0:1], vs[0:1, :, 0:1], None
+    else:                             # this sequence's pages, renumbered in order
+        pages = table[0].clamp(min=0).long()
+        ks, vs = ks[pages, :, 0:1], vs[pages, :, 0:1]
+        bt = table[0:1].clone()
+        valid = bt >= 0                   # a prefix: the pages the sequence uses
+        bt[valid] = torch.arange(int(valid.sum()), dtype=bt.dtype, device=bt.device)
+        bt = bt.cpu().numpy()
+    x = {"q": cvt(inputs["q"][0:1, :, :heads].contiguous()), "k_cache": cvt(ks.contiguous()),
+         "v_cache": cvt(vs.contiguous()), "cache_seqlens": inputs["cache_seqlens"][0:1].cpu().numpy(),
+         "block_table": bt}
+    gpu = cvt(out[0:1, :, :heads].contiguous())
+    text = ("full problem" if (p.B, p.Hkv, heads) == (1, 1, group) else
+            f"batch 0, heads 0-{heads - 1} (kv head 0), {n} keys, {splits} splits")
+    return SimSlice(problem=sub, inputs=x, gpu={"out": gpu}, tiles=tiles, text=text,
+                    full=text == "full problem", dump_arrays={**{k: v for k, v in x.items()
+                                                                if v is not None}, "gpu": gpu},
+                    dump_meta={"case": sub.case_id, "tiles": tiles, "splits": splits})
+
+
+def decode_peers(p, names=None) -> dict:
+    """SDPA's backends on the cache seen as [B, Hkv, Sk, D] (a strided view of a
+    contiguous cache, no copy), enable_gqa. Only where SDPA computes the same function:
+    contiguous cache, every sequence full, and Sq = 1 or non-causal (SDPA's is_causal is
+    top-left when Sq != Sk). Paged caches: none (the bench times SDPA on a gathered copy)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+                "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+                "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}
+    wanted = list(backends) if names is None else list(names)
+    unknown = [n for n in wanted if n not in backends]
+    if unknown:
+        raise ValueError(f"unknown peer(s) {unknown} for fmha_decode; known: {list(backends)}")
+    same = not p.page and p.lens in (None, (p.Sk,) * p.B) and (p.Sq == 1 or not p.causal)
+    if not same:
+        return {}
+
+    def run(x):
+        return torch.nn.functional.scaled_dot_product_attention(
+            x["q"].transpose(1, 2), x["k_cache"].transpose(1, 2), x["v_cache"].transpose(1, 2),
+            enable_gqa=p.Hq != p.Hkv).transpose(1, 2)
+    return {n: PeerCall(run=run, context=lambda be=backends[n]: sdpa_kernel(be))
+            for n in wanted}
