@@ -403,6 +403,8 @@ def _hopper_step_scalar(arow, bcol, k0, k1, c, emin, fbits, ezero):
     return _f32_register(_rz_f32(acc / sc))
 
 
+# long: the numba-compiled hot loop of every simulated mma; one body keeps its scratch
+# arrays and loop state in registers (helpers would be extra compiled calls per k-step)
 @numba.njit(cache=_CACHE, error_model="numpy")
 def _hopper_lane(a, b, c, out, emin, kstep, slow, bf, eb, cur, acc, E, sc, fbits, ezero):
     """out[M,N] = the tensor core's a[M,K] @ b[K,N] + c[M,N], fp32 accumulator.
