@@ -242,3 +242,16 @@ def test_store_update_merges_gpus_of_one_model(tmp_path):
     assert e["tflops_spread"] == pytest.approx(40.0 / 320.0, abs=1e-4)
     lines = choose.update_store([p], tmp_path / "s.json")
     assert "wrote 1 entries" in lines[-1]
+
+
+# ------------------------------------------------------------------ --ray without Ray
+
+def test_ray_mode_without_ray_says_how_to_install(tmp_path, monkeypatch, capsys):
+    from spak.cli import main
+    monkeypatch.setitem(sys.modules, "ray", None)           # as where Ray is not installed
+    out = str(tmp_path / "r.jsonl")
+    base = ["sweep", "--runner", "fake:{}", "--shapes", SHAPES[0], "--out", out]
+    assert main(base + ["--ray"]) == 1
+    assert 'spak sweep --ray needs Ray: pip install -e ".[cluster]"' in capsys.readouterr().err
+    assert main(base + ["--ray", "local", "--gpus", "0,1"]) == 2
+    assert "--gpus and --ray exclude each other" in capsys.readouterr().err

@@ -87,6 +87,9 @@ def _list(args, req: _Request) -> int:
 
 def _start(args, req: _Request, commit):
     """A Sweep with its worker(s) started and the first hello, or an exit status."""
+    if args.gpus and args.ray:
+        return _err("error: --gpus and --ray exclude each other (a Ray cluster places "
+                    "its tasks on its GPUs itself)")
     try:
         gpus = S.gpu_list(args.gpus) if args.gpus else None
     except ValueError as e:
@@ -98,9 +101,14 @@ def _start(args, req: _Request, commit):
     # The worker reports the GPU name, which the automatic --out name needs; until then the
     # log has a fixed name for automatic outputs.
     auto = args.out == "auto"
-    sweep = Sweep(ROOT / "results" / "sweep.jsonl" if auto else Path(args.out), opts,
-                  log_path=(ROOT / "results" / "sweep-worker.log" if auto
-                            else Path(args.out).with_suffix(".log")), gpus=gpus)
+    where = dict(log_path=(ROOT / "results" / "sweep-worker.log" if auto
+                           else Path(args.out).with_suffix(".log")))
+    out = ROOT / "results" / "sweep.jsonl" if auto else Path(args.out)
+    if args.ray:
+        from spak.tune.cluster import RaySweep   # Ray is imported for --ray only
+        sweep = RaySweep(out, opts, address=args.ray, **where)
+    else:
+        sweep = Sweep(out, opts, gpus=gpus, **where)
     try:
         hellos = sweep.start_workers() if gpus else [sweep.start_worker()]
     except RuntimeError as e:
@@ -120,6 +128,8 @@ def _done(args, req: _Request, sweep, existing) -> tuple[set, dict]:
     """What --resume skips, and (with --gpus) which GPU each measured shape stays on."""
     if not args.resume:
         return set(), {}
+    if args.ray:                             # any of the cluster's GPUs
+        return S.done_keys(existing, None, req.kernel, args.retry_failed, req.fam.name), {}
     if sweep.multi:
         gpus = {s.gpu: s.hello["gpu"] for s in sweep.slots if s.hello and not s.retired}
         return S.done_by_gpu(existing, gpus, req.kernel, args.retry_failed, req.fam.name)
@@ -165,7 +175,7 @@ def _exit_status(args, res: dict, interrupted: bool) -> int:
 def _report(args, req: _Request, sweep, res: dict, status: str) -> int:
     """The summary table and the closing line; the store update when asked (1 if it
     failed, else 0)."""
-    names = S.gpu_names(sweep)
+    names = sweep.gpu_names()
     rows = S.result_rows(sweep.out_path, names, req.kernel,
                          [p.case_id for p in req.problems], req.fam.name)
     print("\n".join(S.summarize(rows)))
@@ -198,13 +208,12 @@ def _sweep(args, req: _Request) -> int:
     done, claims = _done(args, req, sweep, existing)
     todo = [j for j in plan.jobs if j.key not in done]
     env = S.run_env(hello, arch, commit, dirty)
-    workers = max(1, len(S.gpu_names(sweep)))
     est = estimate_seconds(todo, compile_jobs=req.compile_jobs, timing=req.timing,
-                           workers=workers)
+                           workers=sweep.gpu_count())
     print(S.header_text(env, req.kernel, plan, len(req.problems),
                         len(plan.jobs) - len(todo) if done else 0, out_path, est,
                         req.compile_jobs, args.budget_s, sweep.log_path,
-                        S.gpus_text(sweep)), flush=True)
+                        sweep.where()), flush=True)
     writer = ResultsWriter(out_path)
     writer.write(S.start_line(
         sweep, env, req.fam, req.kernel, plan, req.problems, len(todo),
@@ -300,5 +309,10 @@ def add_arguments(p) -> None:
                         "queue; each shape is timed whole (peers too) on one GPU; a worker "
                         "that faults is restarted and its job retried once (default: one "
                         "worker on the GPUs this process sees)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                   help="run the jobs as Ray tasks (one GPU each) on a Ray cluster: auto "
+                        "(default: this machine's cluster or $RAY_ADDRESS), local (start "
+                        "one here), or ray://HEAD:PORT; needs the cluster extra "
+                        "(pip install -e \".[cluster]\")")
     p.add_argument("--runner", default=os.environ.get("SPAK_SWEEP_RUNNER", "gpu"),
                    help=argparse.SUPPRESS)   # "fake:SPEC" for the CPU tests

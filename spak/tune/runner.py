@@ -184,6 +184,32 @@ class Sweep:
             raise got[self.slots[0]]
         return [got[s] for s in self.slots if not s.retired]
 
+    # -- what the sweep runs on
+    def gpu_names(self) -> list[str]:
+        """The names of the GPUs whose workers run, in slot order (one name per GPU)."""
+        return [s.hello["gpu"] for s in self.slots if s.hello and not s.retired]
+
+    def gpu_count(self) -> int:
+        """How many GPUs time jobs at once."""
+        return max(1, len(self.gpu_names()))
+
+    def where(self) -> str:
+        """"2 GPUs (gpu0 NVIDIA H100 80GB HBM3, gpu1 ...)" for a --gpus sweep, else ""."""
+        if not self.multi:
+            return ""
+        live = [s for s in self.slots if s.hello and not s.retired]
+        return f"{len(live)} GPU{'s' if len(live) > 1 else ''} (" + \
+            ", ".join(f"{s.label} {s.hello['gpu']}" for s in live) + ")"
+
+    def frame_fields(self) -> dict:
+        """What the start and end lines add: {"gpus": [{gpu_index, gpu, pid, retired}]}
+        for a --gpus sweep, else nothing."""
+        if not self.multi:
+            return {}
+        return {"gpus": [{"gpu_index": s.index, "gpu": (s.hello or {}).get("gpu"),
+                          "pid": (s.hello or {}).get("pid"), "retired": s.retired}
+                         for s in self.slots]}
+
     # -- one job
     def _base_row(self, job: Job, slot: Slot) -> dict:
         s = job.spec

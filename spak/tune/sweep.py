@@ -50,7 +50,7 @@ from spak.tune.runner import SCHEMA, SCHEMAS_READ, format_seconds
 from spak.tune.space import ROOT, describe_override, expand_space, load_space, tile_keys
 
 __all__ = ["SCHEMA", "RESULT_FIELDS", "SweepPlan", "select_problems", "plan_sweep",
-           "done_keys", "done_by_gpu", "gpu_list", "gpu_names", "gpus_text", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
+           "done_keys", "done_by_gpu", "gpu_list", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
            "end_line", "result_rows", "summarize", "list_lines", "header_text",
            "read_results"]
 
@@ -135,13 +135,14 @@ def _resumable(rows, kernel: str, retry_failed: bool, family: str):
         yield r
 
 
-def done_keys(rows, gpu: str, kernel: str, retry_failed: bool,
+def done_keys(rows, gpu: Optional[str], kernel: str, retry_failed: bool,
               family: str = families.DEFAULT) -> set:
-    """(case, provider, config_id) of the rows --resume need not run again: this GPU's,
-    this family's, this kernel's (peers' rows of any kernel), well-formed, and ok when
-    ``retry_failed``."""
+    """(case, provider, config_id) of the rows --resume need not run again: this GPU's
+    (``gpu`` None: any GPU's, as for a Ray cluster's sweep), this family's, this kernel's
+    (peers' rows of any kernel), well-formed, and ok when ``retry_failed``."""
     return {(r["case"], r["provider"], r["config_id"])
-            for r in _resumable(rows, kernel, retry_failed, family) if r.get("gpu") == gpu}
+            for r in _resumable(rows, kernel, retry_failed, family)
+            if gpu is None or r.get("gpu") == gpu}
 
 
 def done_by_gpu(rows, gpus: dict, kernel: str, retry_failed: bool,
@@ -230,30 +231,7 @@ def start_line(sweep, env: dict, fam, kernel: str, plan: SweepPlan, problems, to
             **env, "family": fam.name, "kernel": kernel, "space": plan.space,
             "space_source": plan.source, "shapes": [p.case_id for p in problems],
             "jobs": len(plan.jobs), "todo": todo, "options": options, "command": command,
-            "parent_pid": os.getpid(), "worker_pid": worker_pid, **_gpus_field(sweep)}
-
-
-def gpu_names(sweep) -> list[str]:
-    """The names of the GPUs whose workers run, in slot order (one name per GPU)."""
-    return [s.hello["gpu"] for s in sweep.slots if s.hello and not s.retired]
-
-
-def gpus_text(sweep) -> str:
-    """"2 GPUs (gpu0 NVIDIA H100 80GB HBM3, gpu1 ...)" for a --gpus sweep, else ""."""
-    if not sweep.multi:
-        return ""
-    live = [s for s in sweep.slots if s.hello and not s.retired]
-    return f"{len(live)} GPU{'s' if len(live) > 1 else ''} (" + \
-        ", ".join(f"{s.label} {s.hello['gpu']}" for s in live) + ")"
-
-
-def _gpus_field(sweep) -> dict:
-    """{"gpus": [{gpu_index, gpu, pid}, ...]} of a --gpus sweep's workers, else {}."""
-    if not sweep.multi:
-        return {}
-    return {"gpus": [{"gpu_index": s.index, "gpu": (s.hello or {}).get("gpu"),
-                      "pid": (s.hello or {}).get("pid"), "retired": s.retired}
-                     for s in sweep.slots]}
+            "parent_pid": os.getpid(), "worker_pid": worker_pid, **sweep.frame_fields()}
 
 
 def end_line(sweep, gpu: str, status: str, res: dict) -> dict:
@@ -261,7 +239,7 @@ def end_line(sweep, gpu: str, status: str, res: dict) -> dict:
     return {"schema": SCHEMA, "kind": "end", "sweep_id": sweep.sweep_id, "date": _utc(),
             "gpu": gpu, "status": status, "left": res["left"], "counts": res["counts"],
             "worker_starts": sweep.worker_starts, "wall_s": time.monotonic() - sweep.t0,
-            **_gpus_field(sweep)}
+            **sweep.frame_fields()}
 
 
 def result_rows(path, gpus, kernel: str, cases, family: str = families.DEFAULT) -> list:
