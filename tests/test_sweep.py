@@ -449,6 +449,9 @@ def test_rows_carry_the_family_and_resume_keeps_families_apart(tmp_path):
     for r in old:
         del r["family"]
     assert tsw.done_keys(old, "Fake GPU", "fused", retry_failed=False) == done
+    # so is a row of a file written before the package split (schema "spak.sweep/1")
+    older = [{**r, "schema": "spak.sweep/1"} for r in old]
+    assert tsw.done_keys(older, "Fake GPU", "fused", retry_failed=False) == done
 
 
 def test_a_family_brings_its_space_keys_default_config_and_flops(monkeypatch):
