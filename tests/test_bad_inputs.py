@@ -495,7 +495,7 @@ def _result_row(cid, tflops, *, S=2048, provider="spak-fused", **extra):
     cfg = None if provider.startswith("sdpa") else {
         "TILE_M": int(cid.split("x")[0]), "TILE_N": int(cid.split("x")[1].split("/")[0]),
         "occupancy": None, "num_ctas": None}
-    return {"schema": "spak.tune.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
+    return {"schema": "spak.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
             "arch": "sm_90", "commit": "c0ffee", "date": "2026-11-22T03:00:00Z",
             "kernel": "fused", "case": f"{B}x{H}x{S}x{D}/fp16/noncausal",
             "shape": f"{B}x{H}x{S}x{D}", "B": B, "Hq": H, "Hkv": H, "Sq": S, "Sk": S, "D": D,
@@ -509,7 +509,7 @@ GOOD_ROWS = [_result_row("64x64", 300.0), _result_row("128x64", 350.0),
 
 # (id, the text appended after the good rows, what the readers must report)
 CORRUPT_TAILS = [
-    ("torn-last-line", '{"schema": "spak.tune.sweep/1", "kind": "res', "corrupt line"),
+    ("torn-last-line", '{"schema": "spak.sweep/1", "kind": "res', "corrupt line"),
     ("nul-padding", "\x00" * 64, "corrupt line"),
     ("invalid-utf8", "\udcff\udcfe garbage\n", "corrupt line"),
     ("schema-not-a-string", '{"schema": 5, "kind": "result"}\n', "'schema' must be a string"),

@@ -142,7 +142,7 @@ def test_sweep_resume_over_a_corrupt_results_file(tmp_path):
     victim = next(i for i, ln in enumerate(text) if '"kind": "result"' in ln)
     lost = json.loads(text[victim])["config_id"]
     text[victim] = text[victim][: len(text[victim]) // 2] + "\n"      # corrupt middle line
-    out.write_text("".join(text) + '{"schema": "spak.tune.sweep/1", "kind": "resu')   # torn tail
+    out.write_text("".join(text) + '{"schema": "spak.sweep/1", "kind": "resu')   # torn tail
     again = _sweep_cli(args + ["--resume"])
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stderr.count("skipping a corrupt line") == 2, again.stderr

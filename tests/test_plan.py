@@ -666,7 +666,7 @@ def test_recorded_sweep_rows_of_either_schema_are_judged(tiny, tmp_path):
     rows = [{"schema": schema, "kind": "result", "gpu": "NVIDIA H200", "arch": "sm_90",
              "provider": provider, "case": case, "status": "ok", "tflops": tflops,
              "config": {"TILE_M": 64, "TILE_N": 64}}
-            for schema in ("spak.sweep/1", "spak.tune.sweep/1")
+            for schema in ("spak.sweep/1", "spak.sweep/2")
             for provider, tflops in (("spak-fused-default", 400.0), ("spak-fused", 440.0))]
     for part in (rows[:2], rows[2:]):
         runner = PlanRunner(load_plan(tiny), out_dir=tmp_path, log=lambda m: None,

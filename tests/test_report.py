@@ -20,7 +20,7 @@ def _row(S, D, causal, provider, cid, tflops, *, status="ok", cfg=None, commit="
          error=None):
     B, H = 16384 // S, 2048 // D
     case = f"{B}x{H}x{S}x{D}/fp16/{'causal' if causal else 'noncausal'}"
-    return {"schema": "spak.tune.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
+    return {"schema": "spak.sweep/1", "kind": "result", "sweep_id": "s", "gpu": GPU,
             "arch": "sm_90", "commit": commit, "date": "2026-11-22T03:00:00Z",
             "kernel": "fused", "case": case, "shape": f"{B}x{H}x{S}x{D}", "B": B, "Hq": H,
             "Hkv": H, "Sq": S, "Sk": S, "D": D, "dtype": "fp16", "causal": causal,
@@ -30,7 +30,7 @@ def _row(S, D, causal, provider, cid, tflops, *, status="ok", cfg=None, commit="
 
 
 def synthetic(scale=1.0, commit="1111111") -> list[dict]:
-    rows = [{"schema": "spak.tune.sweep/1", "kind": "start", "sweep_id": "s", "gpu": GPU}]
+    rows = [{"schema": "spak.sweep/1", "kind": "start", "sweep_id": "s", "gpu": GPU}]
     for D in (64, 128):
         for causal in (False, True):
             for S in (512, 2048, 8192):
@@ -57,7 +57,7 @@ def synthetic(scale=1.0, commit="1111111") -> list[dict]:
     rows.append(_row(512, 64, False, "spak-fused", "64x64/o3", None, status="timeout",
                      cfg={"TILE_M": 64, "TILE_N": 64, "occupancy": 3, "num_ctas": None},
                      error="no result within --timeout 120 s"))
-    rows.append({"schema": "spak.tune.sweep/1", "kind": "end", "sweep_id": "s", "status": "complete"})
+    rows.append({"schema": "spak.sweep/1", "kind": "end", "sweep_id": "s", "status": "complete"})
     return rows
 
 
@@ -196,7 +196,7 @@ def test_result_row_view_reads_old_and_new_rows():
                      "case": "1x2x64x64/fp16/noncausal", "status": "ok", "tflops": 12.5})
     assert old.command == "sweep" and old.family == "fmha_fwd" and old.is_spak
     assert old.measure("TFLOPS") == 12.5 and old["tflops"] == 12.5 and old.D is None
-    assert ResultRow({"schema": "spak.tune.sweep/1"}).command == "sweep"
+    assert ResultRow({"schema": "spak.sweep/2"}).command == "sweep"
     run = ResultRow({"schema": "spak.run/2", "family": "fmha_bwd", "provider": "sdpa-cudnn",
                      "tflops": 0, "gbps": 900.0})
     assert run.command == "run" and run.family == "fmha_bwd" and not run.is_spak

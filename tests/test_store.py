@@ -22,7 +22,7 @@ def row(case_S, cid, tflops, *, D=64, causal=False, status="ok", gpu=GPU, defaul
     B = max(1, 16384 // case_S)
     if tm is None:
         tm, tn = (int(x) for x in cid.split("/")[0].split("x")) if not default else (64, 64)
-    return {"schema": "spak.tune.sweep/1", "kind": "result", "gpu": gpu, "kernel": "fused",
+    return {"schema": "spak.sweep/1", "kind": "result", "gpu": gpu, "kernel": "fused",
             "case": f"{B}x{2048 // D}x{case_S}x{D}/{dtype}/{'causal' if causal else 'noncausal'}",
             "B": B, "Hq": 2048 // D, "Hkv": 2048 // D, "Sq": case_S, "Sk": case_S, "D": D,
             "dtype": dtype, "causal": causal,

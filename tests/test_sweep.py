@@ -438,20 +438,17 @@ def test_rows_carry_the_family_and_resume_keeps_families_apart(tmp_path):
     _, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.0}, shapes=SHAPES[:1])
     rows = _results(out)
     assert res["left"] == 0 and len(rows) == len(jobs) == 2 + 1 + 4
-    assert {(r["schema"], r["family"]) for r in rows} == {("spak.tune.sweep/2", "fmha_fwd")}
+    assert {(r["schema"], r["family"]) for r in rows} == {("spak.sweep/2", "fmha_fwd")}
     assert all(j.payload()["family"] == "fmha_fwd" for j in jobs)
     assert rows[0]["flops"] == jobs[0].flops == jobs[0].spec.flops
     done = tsw.done_keys(read_results(out), "Fake GPU", "fused", retry_failed=False)
     assert len(done) == len(rows)
     assert not tsw.done_keys(read_results(out), "Fake GPU", "fused", False, family="fmha_bwd")
     # a schema-1 row (no family) is the forward's
-    old = [{**r, "schema": "spak.tune.sweep/1"} for r in rows]
+    old = [{**r, "schema": "spak.sweep/1"} for r in rows]
     for r in old:
         del r["family"]
     assert tsw.done_keys(old, "Fake GPU", "fused", retry_failed=False) == done
-    # so is a row of a file written before the package split (schema "spak.sweep/1")
-    older = [{**r, "schema": "spak.sweep/1"} for r in old]
-    assert tsw.done_keys(older, "Fake GPU", "fused", retry_failed=False) == done
 
 
 def test_a_family_brings_its_space_keys_default_config_and_flops(monkeypatch):

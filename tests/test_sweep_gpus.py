@@ -208,7 +208,7 @@ def test_cli_gpus_argument_errors(tmp_path):
 def _row(gpu_index, tflops, cid="64x64", *, host="h", gpu="NVIDIA H100 80GB HBM3",
          date="2026-11-24T00:00:00Z", S=2048):
     B = 16384 // S
-    return {"schema": "spak.tune.sweep/2", "kind": "result", "family": "fmha_fwd",
+    return {"schema": "spak.sweep/2", "kind": "result", "family": "fmha_fwd",
             "gpu": gpu, "host": host, "gpu_index": gpu_index, "kernel": "fused",
             "case": f"{B}x32x{S}x64/fp16/noncausal", "B": B, "Hq": 32, "Hkv": 32, "Sq": S,
             "Sk": S, "D": 64, "dtype": "fp16", "causal": False, "provider": "spak-fused",

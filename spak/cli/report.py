@@ -18,7 +18,7 @@ DESCRIPTION = """\
     spak report results/sweep-*.jsonl --update-leaderboard
     spak report --check results/sweep-new.jsonl --tolerance 0.05   # regression gate
 
-Inputs: JSON-lines results of `spak sweep` (schema spak.sweep/1, or spak.tune.sweep/1) and
+Inputs: JSON-lines results of `spak sweep` (schema spak.sweep/1 or /2) and
 of `spak run` (spak.run/1, spak.run/2); lines of other kinds are skipped. When a (shape,
 provider, config) was measured more than once, the last line read counts (files in the
 order given).

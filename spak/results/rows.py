@@ -4,7 +4,7 @@
 Rows are plain dicts on disk and stay so (every committed results file keeps reading).
 `ResultRow` wraps one and names its fields, with the defaults old rows need: a row
 without a "family" field is the FMHA forward's; a row of `spak sweep` carries the schema
-"spak.sweep/1" (files written before the package split) or "spak.tune.sweep/1" (after);
+"spak.sweep/1" (files written before kernel families) or "spak.sweep/2";
 a field that is absent reads as None. It is also a read-only mapping (``row["tflops"]``)
 for code that wants the raw fields.
 
@@ -21,7 +21,7 @@ __all__ = ["ResultRow", "SWEEP_SCHEMAS", "RUN_SCHEMAS", "METRIC_FIELDS", "metric
            "tiles_label"]
 
 #: schema prefixes of `spak sweep` rows: before and after the package split
-SWEEP_SCHEMAS = ("spak.sweep/", "spak.tune.sweep/")
+SWEEP_SCHEMAS = ("spak.sweep/",)
 RUN_SCHEMAS = ("spak.run/",)
 #: a family's metric (KernelFamily.metric) -> the row field that holds it
 METRIC_FIELDS = {"TFLOPS": "tflops", "GB/s": "gbps"}

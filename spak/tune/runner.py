@@ -34,10 +34,10 @@ __all__ = ["SCHEMA", "SCHEMAS_READ", "SweepOptions", "Sweep", "format_seconds"]
 
 #: The result lines' schema. Version 2 adds "family" (the kernel family; version-1 lines
 #: are all the FMHA forward's) and takes the problem fields from the family.
-SCHEMA = "spak.tune.sweep/2"
-#: Schemas whose lines --resume reads: "spak.sweep/1" (files written before the package
-#: split), "spak.tune.sweep/1" (after it, before families) and this one.
-SCHEMAS_READ = ("spak.sweep/1", "spak.tune.sweep/1", SCHEMA)
+SCHEMA = "spak.sweep/2"
+#: Schemas whose lines --resume reads: "spak.sweep/1" (files written before kernel
+#: families: every row is the FMHA forward) and this one.
+SCHEMAS_READ = ("spak.sweep/1", SCHEMA)
 
 
 @dataclass
