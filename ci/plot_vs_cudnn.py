@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spak.tune.sweep import read_results  # noqa: E402
+from spak.results.jsonl import read_results  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -43,15 +43,7 @@ def _check_items(fam, text: str) -> None:
     """Raise ShapeError for the first item of a --shapes value (comma lists allowed) that
     is neither one of the family's named sets nor a shape in its grammar."""
     for item in filter(None, (s.strip() for s in text.split(","))):
-        if item.lower() in fam.shape_sets:
-            continue
-        try:
-            fam.check_shape_text(item)
-        except ShapeError:
-            if "x" not in item.lower():
-                raise ShapeError(f"{item!r} is neither a shape set ({', '.join(fam.shape_sets)}) "
-                                 f"nor a shape such as 1x8x128x64") from None
-            raise
+        fam.check_shape_item(item)
 
 
 def shape_arg(text: str) -> str:

@@ -20,8 +20,8 @@ __all__ = ["KernelFamily", "DEFAULT", "MODULES", "names", "get"]
 #: family name -> module defining FAMILY, in the order `--family` lists them
 MODULES: dict[str, str] = {
     "fmha_fwd": "spak.families.fmha_fwd",
-    "fmha_decode": "spak.families.fmha_decode",
     "fmha_bwd": "spak.families.fmha_bwd",
+    "fmha_decode": "spak.families.fmha_decode",
 }
 DEFAULT = "fmha_fwd"
 
