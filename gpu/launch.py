@@ -160,14 +160,77 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     the gradients of ``out = fmha(q, k, v)`` for the incoming gradient ``dout``, from the
     forward's ``out`` and row log-sum-exp ``lse`` (float32 [B, Hq, Sq]).
 
-    gpu.plan_bwd.plan_fmha_bwd plans it (tiles None = its defaults); its workspaces are
-    torch tensors on q's device (the caching allocator: CUDA-graph capture safe). Imported
-    here, not at module level: the inference path never needs the backward kernels.
+    gpu.plan_bwd.plan_fmha_bwd plans it (tiles None = its defaults), once per shape, dtype,
+    flags and config (_plan_bwd_recipe); its workspaces are fresh torch tensors on q's
+    device each call (the caching allocator: CUDA-graph capture safe); the cache keeps no
+    tensor. plan_bwd is imported when first needed: the inference path never needs it.
     """
-    from .plan_bwd import plan_fmha_bwd
-    run(plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv, mask=mask,
-                      causal=causal, scale=scale, tiles=tiles, alloc=torch_alloc(q)), stream)
+    named = (q, k, v, out, dout, lse, dq, dk, dv) + (() if mask is None else (mask,))
+    key = (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
+           None if mask is None else mask.shape, causal, scale,
+           tuple(tiles.items()) if tiles else ())
+    recipe = _BWD_PLANS.get(key)
+    if recipe is None:
+        recipe = _plan_bwd_recipe(kernel_name, named, mask is not None, causal, scale, tiles)
+        if recipe is None:                  # not cacheable: planned and run as is
+            from .plan_bwd import plan_fmha_bwd
+            run(plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv, mask=mask,
+                              causal=causal, scale=scale, tiles=tiles,
+                              alloc=torch_alloc(q)), stream)
+            return dq, dk, dv
+        if len(_BWD_PLANS) >= 512:
+            _BWD_PLANS.clear()
+        _BWD_PLANS[key] = recipe
+    # this call's tensors and fresh workspaces in the places the plan put them
+    launches, work = recipe
+    alloc = torch_alloc(q)
+    spaces = [alloc(shape, kind) for shape, kind in work]
+    stream = current_raw_stream() if stream is None else stream
+    for kernel, grid, slots in launches:
+        ct.launch(stream, grid, kernel, tuple(
+            named[i] if where == "n" else spaces[i] if where == "w" else i
+            for where, i in slots))
     return dq, dk, dv
+
+
+def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles):
+    """The backward's plan as a recipe: (launches as (kernel, grid, slots), workspaces as
+    (shape, kind)); a slot is ("n", i) for named[i], ("w", j) for the j-th workspace or
+    ("c", value) for a constant. Planning (validation included) costs ~45 us of host time
+    per call, about what a short backward kernel takes; a recipe is rebuilt in a few.
+    None when the call's tensors are not distinct objects (q is k in self-attention): then
+    a slot could not tell them apart, and a later call with distinct ones would be wrong."""
+    from .plan_bwd import plan_fmha_bwd
+    if len({id(t) for t in named}) != len(named):
+        return None
+    base, work, made = torch_alloc(named[0]), [], []
+
+    def alloc(shape, kind):
+        t = base(shape, kind)
+        work.append((tuple(int(n) for n in shape), kind))
+        made.append(t)
+        return t
+    q, k, v, out, dout, lse, dq, dk, dv = named[:9]
+    launches = plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv,
+                             mask=named[9] if has_mask else None, causal=causal, scale=scale,
+                             tiles=tiles, alloc=alloc)
+    where = {id(t): ("n", i) for i, t in enumerate(named)}
+    where.update({id(t): ("w", j) for j, t in enumerate(made)})
+    recipe = []
+    for L in launches:
+        slots = []
+        for a in L.args:
+            if hasattr(a, "data_ptr"):          # a tensor: must be one of ours
+                if id(a) not in where:
+                    return None
+                slots.append(where[id(a)])
+            else:
+                slots.append(("c", a))
+        recipe.append((L.kernel, L.grid, tuple(slots)))
+    return recipe, work
+
+
+_BWD_PLANS: dict = {}
 
 
 _FUSED_PLANS: dict = {}

@@ -548,9 +548,11 @@ def sim_kernels(monkeypatch, tmp_path):
     monkeypatch.setattr(ct, "launch", launch)
     api._VALIDATED.clear()
     gl._FUSED_PLANS.clear()
+    gl._BWD_PLANS.clear()
     yield names
     api._VALIDATED.clear()
     gl._FUSED_PLANS.clear()
+    gl._BWD_PLANS.clear()
 
 
 SIM_CASES = {
@@ -565,28 +567,57 @@ def test_gradients_through_the_real_kernels_on_the_simulator(sim_kernels, name):
     """spak.fmha's autograd runs the fused forward's LSE entry point and the backward's
     launches (run here by the simulator): the gradients are the simulator's own
     (spak.cpu.simrun_bwd, bit for bit) and near float64."""
+    import spak.gpu.launch as gl
+    c = dict(SIM_CASES[name])
+    shape, dtype, has_mask = c.pop("shape"), c.pop("dtype"), c.pop("mask", False)
+    for seed in (5, 6):     # the second call reuses the planned recipes with new tensors
+        q, k, v = qkv(**shape, D=32, dtype=dtype, seed=seed)
+        check_against_the_simulator(q, k, v, has_mask, c, seed)
+    assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_kernel",
+                           "fmha_bwd_dkdv_kernel", "fmha_bwd_dq_kernel"] * 2
+    assert len(gl._BWD_PLANS) == 1
+
+
+def test_self_attention_with_one_tensor_for_q_k_v_on_the_simulator(sim_kernels):
+    """q is k is v: the backward's recipe cannot tell them apart, so it is not cached."""
+    import spak.gpu.launch as gl
+    x = qkv(Sq=40, Sk=40, D=32, seed=12)[0]
+    check_against_the_simulator(x, x, x, False, dict(is_causal=True), 12)
+    assert not gl._BWD_PLANS
+    check_against_the_simulator(*qkv(Sq=40, Sk=40, D=32, seed=13), False,
+                                dict(is_causal=True), 13)
+    assert len(gl._BWD_PLANS) == 1
+
+
+def check_against_the_simulator(q, k, v, has_mask, c, seed):
     from spak.cpu.simrun_bwd import simulate_fmha_bwd
     from spak.gpu.plan import default_tiles
-    c = dict(SIM_CASES[name])
-    q, k, v = qkv(**c.pop("shape"), D=32, dtype=c.pop("dtype"), seed=5)
-    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(6)).to(q.dtype)
-    if c.pop("mask", False):
+    c = dict(c)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(q.dtype)
+    if has_mask:
         keep = torch.rand(q.shape[2], k.shape[2], generator=torch.Generator().manual_seed(8))
         c["attn_mask"] = torch.where(keep > 0.2, keep, -math.inf)        # additive, float32
-    out, got = spak_grads(q, k, v, dout, **c)
-    assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_kernel",
-                           "fmha_bwd_dkdv_kernel", "fmha_bwd_dq_kernel"]
-    _, want = expected_grads(q, k, v, dout, **c)
-    assert_close_grads(got, want, 3e-2 if q.dtype == BF16 else 3e-3)
+    if q is k:
+        out = spak.fmha(q, k, v, **c)
+        (dx,) = torch.autograd.grad(out, (q,), dout)
+    else:
+        out, got = spak_grads(q, k, v, dout, **c)
     held = (lambda t: t.detach().numpy()) if q.dtype == F16 else \
         (lambda t: t.detach().float().numpy())
     mask = c.get("attn_mask")
     ref, _ = simulate_fmha_bwd(
         "fused", held(q), held(k), held(v), held(dout),
         mask=None if mask is None else mask.numpy(), causal=c.get("is_causal", False),
-        fwd_tiles=default_tiles(32, ARCH, c.get("is_causal", False)),
+        fwd_tiles=default_tiles(q.shape[3], ARCH, c.get("is_causal", False)),
         dtype="fp16" if q.dtype == F16 else "bf16")
-    for name_, t in zip(("out", "dq", "dk", "dv"), (out, *got)):
+    assert np.array_equal(held(out), ref["out"])
+    if q is k:      # the three gradients of one tensor add up (in float32 here)
+        total = sum(torch.from_numpy(ref[n]).float() for n in ("dq", "dk", "dv"))
+        assert rel(dx, total) <= 2e-3
+        return
+    _, want = expected_grads(q, k, v, dout, **c)
+    assert_close_grads(got, want, 3e-2 if q.dtype == BF16 else 3e-3)
+    for name_, t in zip(("dq", "dk", "dv"), got):
         assert np.array_equal(held(t), ref[name_]), name_
 
 
