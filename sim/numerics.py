@@ -129,6 +129,12 @@ _div_approx_f32 = _dual(_div_approx_f32_py, error_model="numpy")   # y = 0 -> in
 def _single_threaded_blas() -> bool:
     """Pin numpy's OpenBLAS to one thread. The simulator parallelises over lanes itself;
     OpenBLAS threads spinning beside numba's and ours made batched mma 50x slower here."""
+    return set_blas_threads(1)
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set numpy's OpenBLAS thread count; False when no way to was found. (The speed
+    benchmark gives numpy every core for numpy's own figure, then pins it back to 1.)"""
     import ctypes
     import glob
     libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
@@ -141,11 +147,11 @@ def _single_threaded_blas() -> bool:
                     "openblas_set_num_threads64_", "openblas_set_num_threads"):
             fn = getattr(lib, sym, None)
             if fn is not None:
-                fn(ctypes.c_int(1))
+                fn(ctypes.c_int(int(n)))
                 return True
     try:
         from threadpoolctl import threadpool_limits
-        threadpool_limits(1, user_api="blas")
+        threadpool_limits(int(n), user_api="blas")
         return True
     except ImportError:
         return False
@@ -519,14 +525,226 @@ _hopper_mma_serial = numba.njit(cache=_CACHE)(_renamed(_hopper_mma_py, "_serial"
 _hopper_mma_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_hopper_mma_py, "_parallel"))
 
 
+# ---------------------------------------------------------------------------------------
+# fp16 operands: the same arithmetic on narrower numbers (twice the lanes per vector
+# register). An fp16 x fp16 product has at most 22 significant bits and lies well inside
+# float32's range, so float32 holds it exactly; times the step's power of two it stays
+# exact, or falls below 1 where truncation gives 0 either way. A truncated term is an
+# integer of magnitude below 2^(fbits+2), so a step's kstep terms sum exactly in int32
+# when kstep * 2^(fbits+2) <= 2^31 (sm_90: 16 * 2^27). Every sum is exact in both paths,
+# so the bits are _hopper_lane's (tests/test_sim_mma_fp16_path.py compares the two).
+
+@intrinsic
+def _f32_bits(typingctx, x):
+    sig = nbtypes.int32(nbtypes.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(nbtypes.int32))
+    return sig, codegen
+
+
+@intrinsic
+def _bits_f32(typingctx, x):
+    sig = nbtypes.float32(nbtypes.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(nbtypes.float32))
+    return sig, codegen
+
+
+@numba.njit(inline="always", cache=_CACHE)
+def _expo32(v, emin):
+    """_expo of a float32, branch-free (selects) so loops over it vectorise."""
+    e = max(np.int32(((_f32_bits(v) >> 23) & 0xFF) - 127), np.int32(emin))
+    return e if v != 0 else np.int32(_NOEXP)
+
+
+@numba.njit(inline="always", cache=_CACHE)
+def _half_f32(h):
+    """fp16 bit pattern -> float32 value, branch-free; finite inputs (callers check)."""
+    h = np.int32(h)
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    normal = ((e + 112) << 23) | (m << 13)
+    sub = _f32_bits(np.float32(m) * np.float32(2.0 ** -24))
+    return _bits_f32((sub if e == 0 else normal) | ((h & 0x8000) << 16))
+
+
+@numba.njit(inline="always", cache=_CACHE)
+def _rz_f32_select(v):
+    """_rz_f32 computing both cases and selecting one (no branch: vectorises)."""
+    bits = _f64_bits(v)
+    hi = _bits_f64(bits & ~np.int64((1 << 29) - 1))
+    lo = np.trunc(v * 2.0 ** 149) * 2.0 ** -149
+    return hi if ((bits >> 52) & 0x7FF) >= 1023 - 126 else lo
+
+
+@numba.njit(cache=_CACHE)
+def _prep16_b(b, bf, eb):
+    """b's fp16 bits -> float32 values and exponents; False when b holds inf or NaN."""
+    bad = 0
+    for k in range(b.shape[0]):
+        for j in range(b.shape[1]):
+            h = b[k, j]
+            bad |= np.int32((h & 0x7C00) == 0x7C00)
+            v = _half_f32(h)
+            bf[k, j] = v
+            eb[k, j] = _expo32(v, -14)
+    return bad == 0
+
+
+def _a16(x):
+    pass
+
+
+@overload(_a16, inline="always")
+def _ov_a16(x):
+    """(float32 value, 1 if not a finite fp16 value else 0) of one element of a."""
+    if isinstance(x, nbtypes.Integer):          # fp16 bits
+        return lambda x: (_half_f32(x), np.int32((x & 0x7C00) == 0x7C00))
+
+    def from_float(x):                          # a float64 that should hold an fp16 value
+        v = np.float32(x)
+        y = x * 2.0 ** 24                       # fp16 subnormals: multiples of 2^-24
+        low = (_f32_bits(v) & 0x1FFF) != 0 if abs(x) >= 2.0 ** -14 else y != np.trunc(y)
+        return v, np.int32(low or np.float64(v) != x or not abs(x) <= 65504.0)
+    return from_float
+
+
+@numba.njit(cache=_CACHE)
+def _prep16_a(a, af, ea):
+    """a (fp16 bits, or float64 values) -> float32 values and exponents; False unless every
+    value is a finite fp16 (then the float32 products are exact)."""
+    bad = 0
+    for i in range(a.shape[0]):
+        for k in range(a.shape[1]):
+            v, b = _a16(a[i, k])
+            bad |= b
+            af[i, k] = v
+            ea[i, k] = _expo32(v, -14)
+    return bad == 0
+
+
+@numba.njit(cache=_CACHE)
+def _finite32(c):
+    bad = 0
+    for i in range(c.shape[0]):
+        for j in range(c.shape[1]):
+            bad |= np.int32(not abs(c[i, j]) < np.inf)
+    return bad == 0
+
+
+# one body: the loop state stays in registers (helpers would be compiled calls per k-step)
+@numba.njit(cache=_CACHE, error_model="numpy")
+def _hopper16_lane(af, ea, bf, eb, c, out, kstep, fbits, ezero, E, s32, inv, cur, it):
+    """_hopper_lane's arithmetic for finite fp16 operands (af, bf: float32 values, ea, eb:
+    their exponents) and a finite float32 c."""
+    M, K = af.shape
+    N = bf.shape[1]
+    for i in range(M):
+        for j in range(N):
+            cur[j] = c[i, j]
+            E[j] = _expo32(c[i, j], -126)
+        for k0 in range(0, K, kstep):
+            k1 = min(k0 + kstep, K)
+            k = k0
+            while k + 8 <= k1:              # the largest exponent, 8 k at a time
+                e0, e1, e2, e3 = ea[i, k], ea[i, k + 1], ea[i, k + 2], ea[i, k + 3]
+                e4, e5, e6, e7 = ea[i, k + 4], ea[i, k + 5], ea[i, k + 6], ea[i, k + 7]
+                for j in range(N):
+                    # np.int32(): numba widens int32 sums to int64, half the lanes per vector
+                    m0 = max(np.int32(e0 + eb[k, j]), np.int32(e1 + eb[k + 1, j]))
+                    m1 = max(np.int32(e2 + eb[k + 2, j]), np.int32(e3 + eb[k + 3, j]))
+                    m2 = max(np.int32(e4 + eb[k + 4, j]), np.int32(e5 + eb[k + 5, j]))
+                    m3 = max(np.int32(e6 + eb[k + 6, j]), np.int32(e7 + eb[k + 7, j]))
+                    E[j] = max(max(E[j], max(m0, m1)), max(m2, m3))
+                k += 8
+            while k < k1:
+                e0 = ea[i, k]
+                for j in range(N):
+                    E[j] = max(E[j], np.int32(e0 + eb[k, j]))
+                k += 1
+            for j in range(N):
+                e = E[j]
+                ok = e >= ezero             # else every term is zero: any scale gives +0
+                s = _bits_f64(np.int64(1023 + fbits - e) << 52) if ok else 1.0
+                inv[j] = _bits_f64(np.int64(1023 - fbits + e) << 52) if ok else 1.0
+                # a non-zero fp16 product has e >= -28: the clamp keeps float32's scale
+                # finite for steps whose products are all zero
+                s32[j] = np.float32(_bits_f64(np.int64(1023 + fbits - max(e, -60)) << 52))
+                cur[j] = np.trunc(cur[j] * s)
+                it[j] = 0
+            k = k0
+            while k + 8 <= k1:              # the truncated terms, summed exactly in int32
+                a0, a1, a2, a3 = af[i, k], af[i, k + 1], af[i, k + 2], af[i, k + 3]
+                a4, a5, a6, a7 = af[i, k + 4], af[i, k + 5], af[i, k + 6], af[i, k + 7]
+                for j in range(N):
+                    s = s32[j]
+                    t0 = np.int32(a0 * bf[k, j] * s) + np.int32(a1 * bf[k + 1, j] * s)
+                    t1 = np.int32(a2 * bf[k + 2, j] * s) + np.int32(a3 * bf[k + 3, j] * s)
+                    t2 = np.int32(a4 * bf[k + 4, j] * s) + np.int32(a5 * bf[k + 5, j] * s)
+                    t3 = np.int32(a6 * bf[k + 6, j] * s) + np.int32(a7 * bf[k + 7, j] * s)
+                    it[j] += (t0 + t1) + (t2 + t3)
+                k += 8
+            while k < k1:
+                a0 = af[i, k]
+                for j in range(N):
+                    it[j] += np.int32(a0 * bf[k, j] * s32[j])
+                k += 1
+            for j in range(N):              # RZ to fp32: the next step's accumulator
+                v = _f32_register(_rz_f32_select((cur[j] + np.float64(it[j])) * inv[j]))
+                cur[j] = v
+                E[j] = _expo32(np.float32(v), -126)
+        for j in range(N):
+            out[i, j] = np.float32(cur[j])
+
+
+@numba.njit(cache=_CACHE)
+def _hopper16_one(a, b, c, out, t, kstep, fbits, ezero):
+    """Lane t: the fp16 path when its operands allow it, else _hopper_lane (non-finite
+    values: its scalar path)."""
+    at, bt, ct_ = a[min(t, a.shape[0] - 1)], b[min(t, b.shape[0] - 1)], c[min(t, c.shape[0] - 1)]
+    M, K = at.shape
+    N = bt.shape[1]
+    bf, eb = np.empty((K, N), np.float32), np.empty((K, N), np.int32)
+    af, ea = np.empty((M, K), np.float32), np.empty((M, K), np.int32)
+    ok_b = _prep16_b(bt, bf, eb)
+    ok_c = _finite32(ct_)
+    if _prep16_a(at, af, ea) and ok_b and ok_c:
+        _hopper16_lane(af, ea, bf, eb, ct_, out[t], kstep, fbits, ezero, np.empty(N, np.int32),
+                       np.empty(N, np.float32), np.empty(N), np.empty(N), np.empty(N, np.int32))
+        return
+    a64 = np.empty((M, K))
+    for i in range(M):
+        for k in range(K):
+            a64[i, k] = _to_f64(at[i, k])
+    slow = not (ok_b and ok_c and np.isfinite(a64).all())
+    _hopper_lane(a64, bt, ct_, out[t], -14, kstep, slow, np.empty((K, N)),
+                 np.empty((K, N), np.int32), np.empty(N), np.empty(N), np.empty(N, np.int32),
+                 np.empty(N), fbits, ezero)
+
+
+def _hopper16_py(a, b, c, out, kstep, fbits, ezero):
+    for t in numba.prange(out.shape[0]):
+        _hopper16_one(a, b, c, out, np.int64(t), kstep, fbits, ezero)
+
+
+_hopper16_serial = numba.njit(cache=_CACHE)(_renamed(_hopper16_py, "_serial"))
+_hopper16_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_hopper16_py, "_parallel"))
+
+
+#: take the fp16 path (set False to run every lane through _hopper_lane: the tests compare)
+FP16_PATH = True
+
+
 def hopper_mma_f32(a, b, c, in_dtype, kstep=16, fbits=25, ezero=-133):
-    """The sm_90 HGMMA model on lane-leading arrays: a [La,M,K] (float values), b [Lb,K,N]
-    (float16 storage for fp16, float32 holding bf16 values), c [Lc,M,N] float32 -> float32
-    [L,M,N]. Lane axes of size 1 broadcast. kstep, fbits, ezero: the fused dot-add's
-    length, kept fraction bits and zero-term exponent (MMA-Sim's L_max, F, e_zero; sm_90:
-    16, 25, -133; sm_120 the same; sm_89: 8, 24, -132)."""
+    """The sm_90 HGMMA model on lane-leading arrays: a [La,M,K] (float values; float16
+    storage for fp16 also), b [Lb,K,N] (float16 storage for fp16, float32 holding bf16
+    values), c [Lc,M,N] float32 -> float32 [L,M,N]. Lane axes of size 1 broadcast.
+    kstep, fbits, ezero: the fused dot-add's length, kept fraction bits and zero-term
+    exponent (MMA-Sim's L_max, F, e_zero; sm_90: 16, 25, -133; sm_120 the same; sm_89: 8,
+    24, -132)."""
     emin = -14 if in_dtype == ct.float16 else -126
-    a = np.ascontiguousarray(a, np.float64)
     b = np.ascontiguousarray(b)
     if b.dtype == np.float16:
         b = b.view(np.uint16)
@@ -535,12 +753,23 @@ def hopper_mma_f32(a, b, c, in_dtype, kstep=16, fbits=25, ezero=-133):
     c = np.ascontiguousarray(c, np.float32)
     lanes = max(a.shape[0], b.shape[0], c.shape[0])
     out = np.empty((lanes, a.shape[1], b.shape[2]), np.float32)
+    big = lanes * a.shape[1] * b.shape[2] >= (1 << 14)
+    if (FP16_PATH and in_dtype == ct.float16 and b.dtype == np.uint16
+            and int(kstep) << (int(fbits) + 2) <= 1 << 31):
+        # the fp16 path (same bits); it checks each lane's values itself. An fp16 `a`
+        # goes in as its bits (no float64 copy)
+        a = np.ascontiguousarray(a)
+        a = a.view(np.uint16) if a.dtype == np.float16 else a.astype(np.float64, copy=False)
+        (_hopper16_parallel if big else _hopper16_serial)(a, b, c, out, int(kstep), int(fbits),
+                                                          int(ezero))
+        return out
+    a = np.ascontiguousarray(a, np.float64)
     slow = _nonfinite_lanes(a, lanes) | _nonfinite_lanes(c, lanes)
     if b.dtype == np.uint16:
         slow |= _nonfinite_lanes_f16(b, lanes)
     else:
         slow |= _nonfinite_lanes(b, lanes)
-    fn = _hopper_mma_parallel if lanes * a.shape[1] * b.shape[2] >= (1 << 14) else _hopper_mma_serial
+    fn = _hopper_mma_parallel if big else _hopper_mma_serial
     fn(a, b, c, out, emin, int(kstep), slow, int(fbits), int(ezero))
     return out
 
@@ -727,6 +956,8 @@ class Sm90(Sm90v0):
     #: the tensor core's fused dot-add (MMA-Sim's L_max, F, e_zero): k-step length, fraction
     #: bits kept below the largest exponent, exponent of a zero term
     mma_kstep, mma_fbits, mma_ezero = 16, 25, -133
+    #: mma takes fp16 `a` as float16 storage (hopper_mma_f32's fp16 path; sim.ops.mma)
+    mma_reads_fp16 = True
 
     def __init__(self, threads: int | None = None, tables=MUFU_TABLES):
         super().__init__(threads)

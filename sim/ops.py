@@ -540,7 +540,10 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
         model = current().model
         return Tile(NumericModel.mma(model, _f64(x), y.v, acc.v, acc.dtype), acc.dtype,
                     layout=MMA_LAYOUT)
-    return Tile(current().model.mma(_f64(x), y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype,
+    model = current().model
+    # a model with an fp16 path reads float16 storage itself (no float64 copy per k-step)
+    a = x.v if x.v.dtype == np.float16 and getattr(model, "mma_reads_fp16", False) else _f64(x)
+    return Tile(model.mma(a, y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype,
                 layout=MMA_LAYOUT)
 
 
