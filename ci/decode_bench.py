@@ -2,7 +2,7 @@
 with the CPU simulator, CUDA-graph capture and torch.compile, then bandwidth against SDPA's
 backends and a device-to-device copy measured in the same run (issue 18).
 
-    python ci/decode_bench.py --out DIR [--quick] [--jobs 8]
+    python ci/decode_bench.py --out DIR [--quick] [--jobs 8] [--grid full|focus] [--varlen]
 
 Writes DIR/rows.jsonl (one JSON object per check or timing), DIR/summary.md (tables) and
 prints the summary last. Bandwidth = bytes of K and V read for every sequence's length,
@@ -10,6 +10,11 @@ plus Q and O, over the median time of one call; calls are timed as CUDA-graph re
 enough rotated input copies that the working set passes the 50 MB L2. SDPA peers get the
 cache already gathered to a contiguous [B, Hkv, L, D] (enable_gqa=True); for Sq > 1 they
 run non-causal (SDPA's is_causal is top-left when Sq != Sk), ours bottom-right causal.
+
+--grid focus times the shapes the 2026-11-24 run left short (batch 1 with MQA/GQA, 16-key
+pages) and a few that were fine, with knobs (page modes, key tiles, split counts) beside
+the defaults. --varlen adds spak.fmha_varlen: checks against float64 and the simulator on
+ragged batches, and timings against spak.fmha and SDPA on the same batch padded.
 
 Before anything is timed, every kernel variant is compiled in parallel worker processes
 (cuTile's disk cache is shared): each worker launches the real shapes with every length 0,
@@ -65,9 +70,50 @@ def timing_grid(quick: bool) -> list[dict]:
     return cases
 
 
+def _case(B, hkv, sq, sk, page=0, dtype="fp16", extra=None):
+    c = dict(B=B, Hq=32, Hkv=hkv, Sq=sq, Sk=sk, D=128, page=page, dtype=dtype)
+    if extra:
+        c["extra"] = extra
+    return c
+
+
+def focus_grid() -> list[dict]:
+    """The shapes the first run left short (B = 1 MQA/GQA, MQA at B = 8, 16-key pages,
+    with contiguous beside them for the paged ratio), a few that were fine (regression),
+    and knobs: page modes and key tiles on 16-key pages, split counts at B = 1."""
+    pages = {"boxes": {"tiles": {"PAGE_MODE": 0}}, "gather": {"tiles": {"PAGE_MODE": 1}},
+             "tn16": {"tiles": {"TILE_N": 16}}, "tn32": {"tiles": {"TILE_N": 32}}}
+    splits = {f"splits{n}": {"num_splits": n} for n in (32, 128)}
+    cases = []
+    for sk in (8192, 32768, 131072):                        # B = 1, MQA
+        cases += [_case(1, 1, 1, sk, page) for page in (0, 16, 256)]
+        cases.append(_case(1, 1, 4, sk))
+    cases += [_case(1, 1, 4, 32768, 16), _case(1, 8, 1, 8192), _case(1, 8, 4, 8192),
+              _case(1, 8, 4, 32768), _case(1, 8, 1, 32768, 256)]
+    cases += [_case(1, 8, 1, 32768, 16, extra=pages), _case(1, 8, 1, 32768)]
+    cases += [_case(8, 1, 1, 8192), _case(8, 1, 1, 32768), _case(8, 1, 1, 32768, 16),
+              _case(8, 1, 4, 32768), _case(8, 1, 4, 32768, 16, extra=pages)]
+    cases += [_case(8, 32, 1, 32768), _case(8, 32, 1, 32768, 16, extra=pages),
+              _case(8, 8, 1, 32768), _case(8, 8, 1, 32768, 16, extra=pages),
+              _case(64, 8, 4, 8192), _case(64, 8, 4, 8192, 16),
+              _case(64, 32, 4, 1024), _case(1, 32, 1, 32768), _case(64, 8, 1, 8192)]
+    cases += [_case(1, 1, 1, 32768, extra=splits), _case(1, 8, 1, 32768, extra=splits)]
+    cases += [_case(8, 1, 1, 32768, 16, dtype="bf16"), _case(8, 8, 4, 32768, dtype="bf16")]
+    return cases
+
+
+#: varlen batches: (name, key lengths per sequence; queries = keys, prefill)
+VARLEN_TIMED = [("equal8x2048", [2048] * 8),
+                ("ragged8", [4096, 3000, 2048, 1500, 1024, 700, 300, 100])]
+#: varlen checks: (query runs, key runs, Hq, Hkv, D, causal)
+VARLEN_CHECKS = [([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, True),
+                 ([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, False),
+                 ([300, 77], [300, 77], 8, 1, 64, True), ([129, 1, 64], [129, 1, 64], 16, 16, 80, True)]
+
+
 def check_problems(quick: bool):
     from spak.families.fmha_decode import FAMILY
-    items = ["default", "gates"] + ([] if quick else [
+    extras = [] if quick else [
         "1x32:8x8192x128/page16/lens=8000", "4x32:8x4:4096x128/causal/page256/lens=4096:3000:17:1",
         "2x32x2048x128/lens=2048:1500", "3x32:1x4:2000x128/causal/lens=2000:1:999",
         "8x32:8x1024x128/page16",
@@ -75,8 +121,20 @@ def check_problems(quick: bool):
         "1x32:4x600x128/page64/splits=5", "1x32:4x600x128/page64/splits=4",
         "1x32:4x600x128/page64/splits=1", "1x32:4x600x128/splits=5",
         "2x32:4x600x128/page64/splits=5", "1x32:1x2048x128", "1x32:1x4:2048x128/causal/page16",
-        "1x32x4096x128/page256", "2x32:8x4:3000x128/causal/page256/lens=3000:2999"])
+        "1x32x4096x128/page256", "2x32:8x4:3000x128/causal/page256/lens=3000:2999",
+        # the parallel combine: many splits (a 64-way tree), a count that is no power of
+        # two, and 200 splits of 64 keys (256-wide tree, 32-column chunks)
+        "1x32:1x8192x128", "2x16:2x4:3000x128/causal/page16/lens=3000:1111/splits=37",
+        "1x8:1x12800x64/splits=200", "1x32:1x4:2048x128/causal/page16/bf16"]
+    # the named sets in both dtypes, the rest in fp16 unless they say otherwise
+    items = ["default", "gates"] + [e if "bf16" in e else e + "/fp16" for e in extras]
     return FAMILY.select(items, dtype="all", causal="both")
+
+
+#: the paged checks repeated with the other page modes: (case, tiles)
+MODE_CHECKS = [(c, {"PAGE_MODE": m}) for m in (0, 1) for c in
+               ("2x32:8x4:1000x128/fp16/causal/page16/lens=999:64",
+                "4x8:1x300x64/bf16/noncausal/page16/lens=0:1:17:300")]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -97,8 +155,8 @@ def _numpy(t):
     return t.cpu().numpy()
 
 
-def _call_args(p):
-    return dict(is_causal=p.causal, num_splits=p.splits)
+def _call_args(p, tiles=None):
+    return dict(is_causal=p.causal, num_splits=p.splits, tiles=tiles)
 
 
 # -------------------------------------------------------------------- warm-up (compile)
@@ -115,6 +173,8 @@ def _warm_case(spec):
 
 
 def _warm_launch(kind, p):
+    if kind == "varlen":
+        return _warm_varlen(p)
     import torch
     import spak
     dev = torch.device("cuda")
@@ -134,10 +194,37 @@ def _warm_launch(kind, p):
     torch.cuda.empty_cache()
 
 
-def warm_up(problems, grid, jobs, log):
+def _warm_varlen(p):
+    """Compile the varlen kernel (and spak.fmha's for the comparison) on tiny inputs of
+    the same head counts and dims: the compiled variant does not depend on lengths."""
+    import torch
+    import spak
+    dev = torch.device("cuda")
+    q = torch.randn(64, p["Hq"], p["D"], device=dev, dtype=torch.float16)
+    k = torch.randn(64, p["Hkv"], p["D"], device=dev, dtype=torch.float16)
+    cu = torch.tensor([0, 30, 64], dtype=torch.int32, device=dev)
+    spak.fmha_varlen(q, k, k, cu, cu, 34, 34, is_causal=p["causal"])
+    qb = torch.randn(1, p["Hq"], 64, p["D"], device=dev, dtype=torch.float16)
+    kb = torch.randn(1, p["Hkv"], 64, p["D"], device=dev, dtype=torch.float16)
+    spak.fmha(qb, kb, kb, is_causal=p["causal"], enable_gqa=p["Hq"] != p["Hkv"])
+    torch.cuda.synchronize()
+
+
+def warm_up(problems, grid, jobs, log, varlen=False):
+    from spak.families.fmha_decode import FAMILY
     specs = [("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D, page=p.page,
                             dtype=p.dtype, causal=p.causal, splits=p.splits))
              for p in problems]
+    for case, tiles in (MODE_CHECKS if problems else []):
+        p = FAMILY.parse(case)
+        specs.append(("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D,
+                                    page=p.page, dtype=p.dtype, causal=p.causal,
+                                    splits=p.splits, tiles=tiles)))
+    if varlen:
+        specs += [("varlen", dict(Hq=hq, Hkv=hkv, D=d, causal=c))
+                  for hq, hkv, d, c in sorted({(32, 8, 128, True), (32, 8, 128, False),
+                                               *((x[2], x[3], x[4], x[5])
+                                                 for x in VARLEN_CHECKS)})]
     specs += [("time", dict(c, causal=c["Sq"] > 1)) for c in grid]
     specs += [("time", dict(c, causal=c["Sq"] > 1, **cfg)) for c in grid
               for cfg in (c.get("extra") or {}).values()]
@@ -163,7 +250,7 @@ def correctness(problems, emit, log):
         _guarded(lambda p=p: _check_one(p, dev, sms, emit, log), emit, log)
 
 
-def _check_one(p, dev, sms, emit, log):
+def _check_one(p, dev, sms, emit, log, tiles=None):
     import torch
     import spak
     from spak.core.metrics import fraction_bit_identical, max_abs, nonfinite_count, rel_l2
@@ -172,19 +259,20 @@ def _check_one(p, dev, sms, emit, log):
     inp = FAMILY.make_inputs(p, seed=1)
     t = {k: _torch(v, dev) for k, v in inp.items()}
     args = (t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"])
-    out = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p))
-    again = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p))
+    out = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p, tiles))
+    again = spak.fmha_kvcache(*args, block_table=t["block_table"], **_call_args(p, tiles))
     got = _numpy(out)
     ref = FAMILY.reference(p, inp)["out"]
     sim, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits,
-                             num_sms=sms)
-    row = dict(kind="check", case=p.case_id, rel_l2=rel_l2(got, ref),
+                             num_sms=sms, tiles=tiles)
+    case = p.case_id + ("".join(f"/{k}={v}" for k, v in tiles.items()) if tiles else "")
+    row = dict(kind="check", case=case, rel_l2=rel_l2(got, ref),
                max_abs=max_abs(got, ref), nonfinite=nonfinite_count(got),
                gate=FAMILY.gate(p), sim_identical=fraction_bit_identical(got, sim, p.dtype),
                deterministic=bool(torch.equal(out, again)), elements=int(got.size))
     row["passed"] = (row["nonfinite"] == 0 and row["rel_l2"] <= row["gate"])
     emit(row)
-    log(f"check {p.case_id:60s} rel {row['rel_l2']:.2e} sim {row['sim_identical']:.4%} "
+    log(f"check {case:60s} rel {row['rel_l2']:.2e} sim {row['sim_identical']:.4%} "
         f"{'PASS' if row['passed'] else 'FAIL'}")
 
 
@@ -339,6 +427,121 @@ def time_case(c, emit, log, peers=True, extra=None):
     return row
 
 
+# ------------------------------------------------------------------------------ varlen
+
+def _packed(lq, lk, Hq, Hkv, D, dtype, seed=0):
+    rng = np.random.default_rng([seed, sum(lq), sum(lk), Hq, Hkv, D])
+    cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+
+    def draw(shape):
+        from spak.core.metrics import round_to_bf16
+        x = rng.standard_normal(shape, dtype=np.float32)
+        return x.astype(np.float16) if dtype == "fp16" else round_to_bf16(x)
+    return dict(q=draw((cq[-1], Hq, D)), k=draw((ck[-1], Hkv, D)), v=draw((ck[-1], Hkv, D)),
+                cu_seqlens_q=cq, cu_seqlens_k=ck)
+
+
+def varlen_check(spec, emit, log):
+    """spak.fmha_varlen on the GPU vs float64 and vs the simulator, both dtypes."""
+    import torch
+    import spak
+    from spak.attention.kvcache_ref import varlen_attention_f64
+    from spak.core.metrics import fraction_bit_identical, gate_for, nonfinite_count, rel_l2
+    from spak.cpu.simrun_decode import simulate_varlen
+    lq, lk, Hq, Hkv, D, causal = spec
+    for dtype in ("fp16", "bf16"):
+        x = _packed(lq, lk, Hq, Hkv, D, dtype)
+        t = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in x.items()}
+        if dtype == "bf16":                       # bf16 values held in float32 on the CPU
+            t.update({n: t[n].to(torch.bfloat16) for n in ("q", "k", "v")})
+        args = (t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"], max(lq), max(lk))
+        out = spak.fmha_varlen(*args, is_causal=causal)
+        again = spak.fmha_varlen(*args, is_causal=causal)
+        got = _numpy(out)
+        ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"],
+                                   x["cu_seqlens_k"], causal=causal)
+        sim, _ = simulate_varlen(x, dtype=dtype, causal=causal)
+        case = (f"varlen {Hq}:{Hkv}x{D} q={':'.join(map(str, lq))} k={':'.join(map(str, lk))}"
+                f"/{dtype}/{'causal' if causal else 'noncausal'}")
+        row = dict(kind="check", case=case, rel_l2=rel_l2(got, ref), gate=gate_for(dtype),
+                   nonfinite=nonfinite_count(got), elements=int(got.size),
+                   sim_identical=fraction_bit_identical(got, sim, dtype),
+                   deterministic=bool(torch.equal(out, again)))
+        row["passed"] = row["nonfinite"] == 0 and row["rel_l2"] <= row["gate"]
+        emit(row)
+        log(f"check {case:60s} rel {row['rel_l2']:.2e} sim {row['sim_identical']:.4%} "
+            f"{'PASS' if row['passed'] else 'FAIL'}")
+
+
+def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128):
+    """spak.fmha_varlen on a packed prefill batch (queries = keys per sequence) against
+    spak.fmha on the batch padded to the longest sequence, spak.fmha once per sequence,
+    and SDPA (cuDNN, flash) padded. TFLOPS count the useful work: 4 Hq L^2 D per
+    sequence, halved when causal. Padded and unmasked, a ragged batch computes more (and
+    a different function past each sequence's end): the peers there bound what padding
+    costs; with equal lengths the padded batch is the same problem."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import spak
+    dev = torch.device("cuda")
+    B, Lmax = len(lens), max(lens)
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=dev)
+    T = int(sum(lens))
+    for causal in (False, True):
+        q = torch.randn(T, Hq, D, device=dev, dtype=torch.float16)
+        k = torch.randn(T, Hkv, D, device=dev, dtype=torch.float16)
+        v = torch.randn_like(k)
+        qp = torch.zeros(B, Hq, Lmax, D, device=dev, dtype=torch.float16)
+        kp = torch.zeros(B, Hkv, Lmax, D, device=dev, dtype=torch.float16)
+        vp = torch.zeros_like(kp)
+        seqs = []
+        for b, n in enumerate(lens):
+            s0 = int(cu[b])
+            qp[b, :, :n] = q[s0:s0 + n].transpose(0, 1)
+            kp[b, :, :n] = k[s0:s0 + n].transpose(0, 1)
+            vp[b, :, :n] = v[s0:s0 + n].transpose(0, 1)
+            seqs.append((qp[b:b + 1, :, :n].contiguous(), kp[b:b + 1, :, :n].contiguous(),
+                         vp[b:b + 1, :, :n].contiguous()))
+        flop = sum(4.0 * Hq * n * n * D for n in lens) / (2 if causal else 1)
+        fns = {
+            "varlen": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal),
+            "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
+            "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)
+                                     for a, b_, c in seqs],
+        }
+        for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
+                       ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
+            def sd(be=be):
+                with sdpa_kernel(be):
+                    return F.scaled_dot_product_attention(qp, kp, vp, is_causal=causal,
+                                                          enable_gqa=True)
+            fns[nm] = sd
+        res = {}
+        for nm, fn in fns.items():
+            try:
+                res[nm] = _graph_time([fn], reps=10)[0]
+            except Exception as e:  # noqa: BLE001 -- recorded
+                res[nm] = float("nan")
+                log(f"varlen {name} {nm}: {type(e).__name__}: {str(e)[:200]}")
+        # the equal-length batch: varlen and spak.fmha compute the same thing
+        check = None
+        if len(set(lens)) == 1:
+            a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal).float()
+            b = spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True).transpose(1, 2)
+            check = float(((a - b.reshape(a.shape).float()).norm() / b.float().norm()).item())
+        row = dict(kind="varlen_time", name=name, lens=lens, causal=causal, Hq=Hq, Hkv=Hkv,
+                   D=D, ms=res, tflops={k: flop / v / 1e9 for k, v in res.items()},
+                   rel_l2_vs_fmha=check)
+        emit(row)
+        log(f"varlen {name:12s} {'causal' if causal else 'noncausal':9s} " + "  ".join(
+            f"{k} {row['tflops'][k]:6.1f}" for k in res) + " TFLOPS"
+            + (f"  rel vs fmha {check:.1e}" if check is not None else ""))
+        del q, k, v, qp, kp, vp, seqs
+        torch.cuda.empty_cache()
+
+
 # ------------------------------------------------------------------------------ summary
 
 def summary(rows, copy_gbs) -> str:
@@ -358,25 +561,44 @@ def summary(rows, copy_gbs) -> str:
         lines.append("")
     times = [r for r in rows if r["kind"] == "time"]
     if times:
-        lines += [f"copy ceiling (2 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s", "",
-                  "| shape | spak GB/s | / copy | best SDPA GB/s | SDPA / copy | spak / best SDPA |",
-                  "|---|---|---|---|---|---|"]
-        sdpa = {}
+        lines += [f"copy ceiling (2 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s; "
+                  f"'/ 3.02': the fraction of the issue's 3.02 TB/s copy figure; 'paged / "
+                  f"contig': spak paged over spak contiguous, same shape, same run", "",
+                  "| shape | spak GB/s | / copy | / 3.02 | best SDPA GB/s | SDPA / copy | "
+                  "spak / best SDPA | paged / contig |",
+                  "|---|---|---|---|---|---|---|---|"]
+        sdpa, contig = {}, {}
         for r in times:
             if r["page"] == 0:
                 sdpa[_shape_key(r)] = max((v for k, v in r["gbs"].items()
                                            if k.startswith("sdpa") and v == v), default=float("nan"))
+                contig[_shape_key(r)] = r["gbs"]["spak"]
         for r in times:
             g, sd = r["gbs"], sdpa.get(_shape_key(r), float("nan"))
+            ratio = g["spak"] / contig[_shape_key(r)] if r["page"] and _shape_key(r) in contig \
+                else float("nan")
             lines.append(f"| {r['label']} | {g['spak']:.0f} | {g['spak'] / copy_gbs:.2f} | "
-                         f"{sd:.0f} | {sd / copy_gbs:.2f} | {g['spak'] / sd:.2f} |")
-    knobs = [r for r in times if len(r["gbs"]) > 4 or r.get("extra")]
-    if knobs:
-        names = [k for k in knobs[0]["gbs"] if not k.startswith("sdpa")]
+                         f"{g['spak'] / 3020:.2f} | {sd:.0f} | {sd / copy_gbs:.2f} | "
+                         f"{g['spak'] / sd:.2f} | {ratio:.2f} |")
+    vt = [r for r in rows if r["kind"] == "varlen_time"]
+    if vt:
+        names = list(vt[0]["tflops"])
+        lines += ["", "varlen prefill (Hq 32, Hkv 8, D 128, fp16), TFLOPS of useful work: "
+                  + ", ".join(names), "",
+                  "| batch | causal | " + " | ".join(names) + " | varlen / fmha_padded |",
+                  "|---|---|" + "---|" * (len(names) + 1)]
+        lines += [f"| {r['name']} | {r['causal']} | " + " | ".join(
+            f"{r['tflops'][n]:.1f}" for n in names) +
+            f" | {r['tflops']['varlen'] / r['tflops']['fmha_padded']:.2f} |" for r in vt]
+    knobs = [r for r in times if r.get("extra")]
+    groups: dict = {}
+    for r in knobs:                          # one table per set of knobs
+        groups.setdefault(tuple(k for k in r["gbs"] if not k.startswith("sdpa")), []).append(r)
+    for names, rows_g in groups.items():
         lines += ["", "knobs (GB/s): " + ", ".join(names), "",
                   "| shape | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         lines += [f"| {r['label']} | " + " | ".join(f"{r['gbs'].get(n, float('nan')):.0f}"
-                                                  for n in names) + " |" for r in knobs]
+                                                  for n in names) + " |" for r in rows_g]
     return "\n".join(lines)
 
 
@@ -389,7 +611,12 @@ def _task(task):
         from spak.families.fmha_decode import FAMILY
         dev = torch.device("cuda")
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        _check_one(FAMILY.parse(task[1]), dev, sms, rows.append, logs.append)
+        _check_one(FAMILY.parse(task[1]), dev, sms, rows.append, logs.append,
+                   task[2] if len(task) > 2 else None)
+    elif kind == "varlen_check":
+        varlen_check(task[1], rows.append, logs.append)
+    elif kind == "varlen_time":
+        varlen_time(task[1], task[2], rows.append, logs.append)
     elif kind == "graph":
         graph_and_compile(rows.append, logs.append)
     elif kind == "copy":
@@ -449,6 +676,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--grid", choices=("full", "focus"), default="full")
+    ap.add_argument("--varlen", action="store_true")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     import torch
@@ -470,12 +699,15 @@ def main(argv=None) -> int:
               argv=sys.argv[1:]))
     log(f"{rows[-1]}")
     problems = [] if args.skip_checks else check_problems(args.quick)
-    grid = timing_grid(args.quick)
+    grid = focus_grid() if args.grid == "focus" else timing_grid(args.quick)
     if not args.no_warm:
-        warm_up(problems, grid, args.jobs, log)
+        warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
     tasks = [("check", p.case_id) for p in problems]
+    tasks += [("check", c, t) for c, t in MODE_CHECKS] if problems else []
+    tasks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     tasks += [("graph",)] if problems else []
     tasks += [("copy",)] + [("time", c) for c in grid]
+    tasks += [("varlen_time", n, lens) for n, lens in VARLEN_TIMED] if args.varlen else []
     run_tasks(tasks, emit, log)
     copies = [r["gbs"] for r in rows if r["kind"] == "copy"]
     copy_gbs = copies[-1] if copies else float("nan")

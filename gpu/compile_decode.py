@@ -13,7 +13,7 @@ import cuda.tile as ct
 from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
                                    ScalarConstraint, export_kernel)
 
-from .plan_decode import plan_decode
+from .plan_decode import plan_decode, plan_varlen
 from .resources import kernel_facts
 from .variants import check_hints, with_hints
 
@@ -25,6 +25,10 @@ _DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16, "float32": ct.float32
 class _Spec:
     shape: tuple
     dtype: str
+
+    def reshape(self, shape):
+        """A view of the same elements (the plan's combine view of its workspace)."""
+        return _Spec(tuple(shape), self.dtype)
 
 
 def _constraint(spec: _Spec) -> ArrayConstraint:
@@ -63,17 +67,35 @@ def decode_launches(*, dtype: str, head_dim: int, causal: bool, page: int = 0,
                        tiles=tiles, alloc=lambda shape, kind: _Spec(tuple(shape), "float32"))
 
 
+def varlen_launches(*, dtype: str, head_dim: int, causal: bool, heads=(32, 8), tiles=None,
+                    arch: str = "sm_90"):
+    """The varlen plan's launch on stand-in packed arrays (offsets are run-time)."""
+    dt = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
+    hq, hkv = heads
+    q, out = _Spec((300, hq, head_dim), dt), _Spec((300, hq, head_dim), dt)
+    k = _Spec((500, hkv, head_dim), dt)
+    cu = _Spec((3,), "int32")
+    return plan_varlen(q, k, k, cu, cu, out, max_seqlen_q=200, max_seqlen_k=300,
+                       causal=causal, tiles=tiles, arch=arch)
+
+
 def compile_decode_variant(*, arch: str, dtype: str, head_dim: int, causal: bool,
                            page: int = 0, seq_q: int = 1, heads=(32, 8), tiles=None,
-                           hints: Optional[dict] = None) -> dict:
-    """Compile the split and combine kernels of one variant for `arch`; launch nothing.
+                           hints: Optional[dict] = None, kernel: str = "splitkv") -> dict:
+    """Compile one variant's kernels for `arch`, launching nothing: the split and combine
+    kernels (kernel "splitkv"), or the varlen kernel ("varlen"; page and seq_q unused).
     Returns dict(ok, seconds, cubin_bytes, error, kernels, tiles) like gpu.compile."""
     result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": [],
               "tiles": tiles}
     start = time.perf_counter()
     try:
-        for launch in decode_launches(dtype=dtype, head_dim=head_dim, causal=causal,
-                                      page=page, seq_q=seq_q, heads=heads, tiles=tiles):
+        if kernel == "varlen":
+            launches = varlen_launches(dtype=dtype, head_dim=head_dim, causal=causal,
+                                       heads=heads, tiles=tiles, arch=arch)
+        else:
+            launches = decode_launches(dtype=dtype, head_dim=head_dim, causal=causal,
+                                       page=page, seq_q=seq_q, heads=heads, tiles=tiles)
+        for launch in launches:
             kernel = with_hints(launch.kernel, **check_hints(hints))
             buf = io.BytesIO()
             t0 = time.perf_counter()

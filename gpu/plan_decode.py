@@ -19,8 +19,13 @@ Layouts (FlashAttention's flash_attn_with_kvcache, vLLM):
   block_table   int32 [B, max_pages]         page ids per sequence (paged cache only)
   out           [B, Sq, Hq, Dv]
 
-The split count comes from the shape and the SM count (``choose_num_splits``), or the
-caller's ``num_splits``; the row tiling (GQA packing) from ``row_tiles``.
+The split count comes from the shape and the SM count (``choose_num_splits``, a cost
+model of the split kernel's stream and the combine), or the caller's ``num_splits``; the
+row tiling (GQA packing) from ``row_tiles``.
+
+``plan_varlen`` plans the same key loop over a packed variable-length batch (prefill,
+FlashAttention's varlen layout): q [total_q, Hq, D], k/v [total_k, Hkv, D/Dv],
+cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv].
 """
 from __future__ import annotations
 
@@ -30,30 +35,55 @@ from .kernels import decode as _decode
 from .plan import (INPUT_DTYPES, MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous,
                    _check_int, _check_scale, _dtype_name, _launch, _shape, _tile_width)
 
-__all__ = ["plan_decode", "default_decode_tiles", "row_tiles", "choose_num_splits",
-           "auto_splits", "TILE_KEYS", "MAX_SPLITS", "LAUNCH_NAMES"]
+__all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
+           "row_tiles", "choose_num_splits", "auto_splits", "estimate_seconds",
+           "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "MAX_SPLITS", "LAUNCH_NAMES"]
 
-#: Config keys of a decode `tiles` dict: keys per step, and the most query rows
-#: (query positions x packed heads) one block holds.
-TILE_KEYS = ("TILE_N", "MAX_ROWS")
+#: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
+#: positions x packed heads) one block holds, and how a paged tile of several pages is
+#: read (PAGE_MODES; pages >= TILE_N: one box anyway).
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
+#: Config keys of a varlen `tiles` dict: query rows per block, keys per step.
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N")
+#: PAGE_MODE values: one box per page concatenated into the tile; one gathered load per
+#: tile (ct.load_advanced_indexing over the page ids); one box per page, each fed to the
+#: tensor cores as it is (the softmax spans the tile).
+PAGE_MODES = {0: "boxes", 1: "gather", 2: "steps"}
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
-#: Split heuristic: aim for this many blocks per SM (one streams K/V while another
-#: computes), and give every split at least this many key tiles (a split's fixed cost,
-#: its partial state through memory and the combine, must stay small next to its keys).
-WAVES = 2
-MIN_TILES_PER_SPLIT = 2
-LAUNCH_NAMES = ("decode", "decode.split", "decode.combine")
+#: The split count's cost model (choose_num_splits), H100 figures: the memory system's
+#: rate, what one block streams when few run (~35 GB/s measured: 64 blocks of
+#: 1x32:8x1:32768 at 2257 GB/s; taken lower, since too few splits cost more than too
+#: many), blocks resident per SM, a block's fixed cost (prologue, pipeline fill) and the
+#: combine launch's.
+HBM_BYTES_PER_S = 3.0e12
+BLOCK_BYTES_PER_S = 25e9
+BLOCKS_PER_SM = 2
+BLOCK_SECONDS = 1.5e-6
+COMBINE_SECONDS = 2e-6
+SPLIT_SLACK_S = 0.5e-6
+#: The combine holds every split of a row chunk in registers: at most this many floats.
+COMBINE_FLOATS = 8192
+LAUNCH_NAMES = ("decode", "decode.split", "decode.combine", "varlen")
 DEFAULT_SMS = 132            # H100 SXM; the API passes the device's own count
 
 
 def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
-    """{"TILE_N", "MAX_ROWS"} for a head dim: 128 keys per step up to D = 128 (a K and a V
-    tile of 32 KB in flight per step: decode is bound by the memory system), 64 beyond.
+    """{"TILE_N", "MAX_ROWS", "PAGE_MODE"} for a head dim: 128 keys per step up to
+    D = 128 (a K and a V tile of 32 KB in flight per step: decode is bound by the memory
+    system), 64 beyond; small pages fed to the tensor cores page by page (PAGE_MODE 2).
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
-    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64}
+    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 2}
+
+
+def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
+    """{"TILE_M", "TILE_N"} of the varlen kernel: spak.fmha's defaults for the head dim
+    (gpu.plan.default_tiles), so the two compare tile for tile."""
+    from .plan import default_tiles
+    t = default_tiles(head_dim, arch, causal)
+    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"]}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -68,24 +98,64 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
     return gt, sq_t
 
 
-def choose_num_splits(blocks: int, key_tiles: int, num_sms: int) -> int:
-    """Key splits for `blocks` (batch x head tiles x query tiles) blocks over `key_tiles`
-    tiles of cache capacity: enough blocks for WAVES per SM, at least MIN_TILES_PER_SPLIT
-    tiles each, at most MAX_SPLITS. From the capacity, not the lengths: those live on the
-    device (reading them would cost a sync and break CUDA graph capture)."""
+def estimate_seconds(splits: int, *, blocks: int, key_tiles: int, tile_bytes: int,
+                     kv_bytes: int, partial_bytes: int, num_sms: int) -> float:
+    """The cost model's time of one decode call with `splits` key splits.
+
+    blocks: split-kernel blocks per split (batch x head tiles x query tiles); key_tiles:
+    key tiles per sequence; tile_bytes: K+V bytes of one tile; kv_bytes: K+V bytes read
+    from memory (each kv head once: the head tiles of a group share it in L2);
+    partial_bytes: one split's partial state (acc, m, l of every row), written by the
+    split kernel and read by the combine. The stream takes the longer of the memory
+    system's time and its slowest block's (per wave), plus a fixed cost per wave."""
+    waves = -(-blocks * splits // (num_sms * BLOCKS_PER_SM))
+    per_block = -(-key_tiles // splits) * tile_bytes
+    t = max(kv_bytes / HBM_BYTES_PER_S, waves * per_block / BLOCK_BYTES_PER_S)
+    t += waves * BLOCK_SECONDS
+    if splits > 1:
+        t += COMBINE_SECONDS + 2 * splits * partial_bytes / HBM_BYTES_PER_S
+    return t
+
+
+def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, tile_bytes: int,
+                      kv_bytes: int, partial_bytes: int) -> int:
+    """The most splits in [1, min(key_tiles, MAX_SPLITS)] whose estimate_seconds is within
+    SPLIT_SLACK_S of the least. The model is flat where the memory system, not a block,
+    bounds the time; the most blocks there hedge against blocks slower than modelled
+    (too few splits cost a multiple, too many a combine of a few microseconds). From the
+    capacity, not the lengths: those live on the device (reading them would cost a sync
+    and break CUDA graph capture)."""
     if blocks <= 0 or key_tiles <= 0:
         return 1
-    want = -(-WAVES * num_sms // blocks)
-    return max(1, min(want, key_tiles // MIN_TILES_PER_SPLIT, MAX_SPLITS))
+    costs = {s: estimate_seconds(s, blocks=blocks, key_tiles=key_tiles, tile_bytes=tile_bytes,
+                                 kv_bytes=kv_bytes, partial_bytes=partial_bytes,
+                                 num_sms=num_sms)
+             for s in range(1, min(key_tiles, MAX_SPLITS) + 1)}
+    best = min(costs.values())
+    return max(s for s, t in costs.items() if t <= best + SPLIT_SLACK_S)
 
 
 def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
-                max_rows: int, num_sms: int) -> int:
+                max_rows: int, num_sms: int, head_dim: int = 128,
+                head_dim_v: Optional[int] = None, esize: int = 2) -> int:
     """The split count plan_decode chooses when none is given (capacity: the cache's keys
     per sequence, Sk_max or max_pages x page_size)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     blocks = B * (Hq // gt) * -(-Sq // sq_t)
-    return choose_num_splits(blocks, -(-capacity // tile_n), num_sms)
+    return choose_num_splits(
+        blocks, -(-capacity // tile_n), num_sms, tile_bytes=tile_n * (head_dim + dv) * esize,
+        kv_bytes=B * Hkv * capacity * (head_dim + dv) * esize,
+        partial_bytes=B * Sq * Hq * (_tile_width(dv) + 2) * 4)
+
+
+def combine_tiles(splits: int, head_dim_v: int) -> tuple[int, int]:
+    """(SPLITS_T, DV_T) of the combine: the split count rounded up to a power of two, and
+    the output columns per block such that a row chunk of every split fits
+    COMBINE_FLOATS registers' worth (at least 32 columns: 64-byte output boxes)."""
+    splits_t = 1 << max(splits - 1, 0).bit_length()
+    dv = _tile_width(head_dim_v)
+    return splits_t, min(dv, max(32, COMBINE_FLOATS // splits_t))
 
 
 def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
@@ -101,9 +171,9 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     causal: bottom-right (query i of a sequence of length L sees keys j <= i + L - Sq);
     only matters for Sq > 1. scale: default 1/sqrt(D), any finite number.
     num_splits: None (choose_num_splits) or an int in [1, MAX_SPLITS].
-    tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256}, powers of two; default
-    default_decode_tiles(D). With a paged cache TILE_N and the page size must divide one
-    another, at most 8 pages per tile.
+    tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0, 1
+    or 2 (PAGE_MODES)}; default default_decode_tiles(D). With a paged cache of pages
+    concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
     Returns [] when there is nothing to compute (B, Sq or Hq is 0).
     """
@@ -111,7 +181,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
@@ -119,24 +189,116 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         return []
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     tiles_qh = (Hq // gt) * -(-Sq // sq_t)
-    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms)
+    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv)
     alloc = _resolve_alloc(alloc, q)
     bt = cache_seqlens if block_table is None else block_table   # never read when contiguous
     d_t, dv_t = _tile_width(D), _tile_width(Dv)
+    mode = page_mode if 0 < page < tn else 0
     if splits == 1:
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
         return [_launch(_decode.decode_split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
-                         scale, d_t, dv_t, sq_t, gt, tn, page, False, causal), "decode")]
-    acc = alloc((B * splits, Sq, Hq, Dv), "float32")
-    mx = alloc((B, splits, Sq, Hq), "float32")
-    lx = alloc((B, splits, Sq, Hq), "float32")
+                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal),
+                        "decode")]
+    # the splits of a row side by side: the combine reads them in one load (its view of
+    # the same memory: [B * Sq, Hq, splits, Dv tile])
+    acc = alloc((B, Sq, Hq, splits * dv_t), "float32")
+    mx = alloc((B, Sq, Hq, splits), "float32")
+    lx = alloc((B, Sq, Hq, splits), "float32")
+    splits_t, cdv = combine_tiles(splits, Dv)
     return [_launch(_decode.decode_split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
-                     scale, d_t, dv_t, sq_t, gt, tn, page, True, causal), "decode.split"),
-            _launch(_decode.decode_combine_kernel, (tiles_qh, B, 1),
-                    (acc, mx, lx, out, dv_t, sq_t, gt),
+                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal),
+                    "decode.split"),
+            _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
+                    (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
                     "decode.combine")]
+
+
+def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
+                max_seqlen_k: int, causal: bool = False, scale: Optional[float] = None,
+                tiles: Optional[dict] = None, arch: str = "sm_90") -> list[Launch]:
+    """The launch computing attention over a packed variable-length batch into ``out``:
+
+        out[cq[b] + i, h] = softmax(q[cq[b] + i, h] . K_b^T * scale) V_b,
+        K_b = k[ck[b]:ck[b+1], h // (Hq/Hkv)], i < cq[b+1] - cq[b]
+
+    q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], out [total_q, Hq, Dv]
+    (fp16/bf16), cu_seqlens_q/k int32 [B+1] (ascending offsets from 0: device data,
+    clamped by the kernel, not read here). max_seqlen_q: the longest query run (sizes the
+    grid: a longer one is cut short); max_seqlen_k only validated (FlashAttention's
+    signature). causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq.
+    tiles: {"TILE_M", "TILE_N"} (default_varlen_tiles). Returns [] when nothing is
+    computed (no sequence, query or head, or max_seqlen_q == 0); with no key at all
+    (total_k == 0) out is left to the caller (every row is 0)."""
+    shapes = {}
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        shapes[name] = _shape(name, x)
+        if len(shapes[name]) != 3:
+            raise ValueError(f"{name} must be 3D [total, heads, head_dim], got shape "
+                             f"{shapes[name]}")
+    Tq, Hq, D = shapes["q"]
+    Tk, Hkv, Dk = shapes["k"]
+    if shapes["v"][:2] != (Tk, Hkv):
+        raise ValueError(f"k and v must agree in all but the last dim, got {shapes['k']} "
+                         f"and {shapes['v']}")
+    Dv = shapes["v"][2]
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head dim, got {D} and {Dk}")
+    for name, d in (("q/k head dim", D), ("v head dim", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    if Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of k's heads ({Hkv})")
+    if shapes["out"] != (Tq, Hq, Dv):
+        raise ValueError(f"out must have shape {(Tq, Hq, Dv)} [total_q, Hq, Dv], got "
+                         f"{shapes['out']}")
+    cq = _shape("cu_seqlens_q", cu_seqlens_q)
+    if len(cq) != 1 or cq[0] < 1:
+        raise ValueError(f"cu_seqlens_q must be 1D [B+1], got shape {cq}")
+    _check_int32_vector("cu_seqlens_q", cu_seqlens_q, cq)
+    _check_int32_vector("cu_seqlens_k", cu_seqlens_k, cq)
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        _check_contiguous(name, x)
+    names = {n: _dtype_name(x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out))}
+    if names["q"] not in INPUT_DTYPES:
+        raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
+    for n in ("k", "v", "out"):
+        if names[n] != names["q"]:
+            raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+    max_q = _check_int("max_seqlen_q", max_seqlen_q, 0, 1 << 31)
+    _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
+    causal = _check_bool("causal", causal)
+    scale = _check_scale(scale, D)
+    tm, tn = _check_varlen_tiles(tiles, D, arch, causal)
+    B = cq[0] - 1
+    if B == 0 or Tq == 0 or Hq == 0 or max_q == 0 or Tk == 0:
+        return []
+    # one head per block: prefill has rows enough (GQA packing matters when few rows share
+    # a K/V tile; here a tile of TILE_M queries does)
+    gt, sq_t = 1, tm
+    grid = ((Hq // gt) * -(-max_q // sq_t), 1, B)
+    return [_launch(_decode.varlen_kernel, grid,
+                    (q, k, v, cu_seqlens_q, cu_seqlens_k, out, scale, _tile_width(D),
+                     _tile_width(Dv), sq_t, gt, tn, causal), "varlen")]
+
+
+def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
+    t = default_varlen_tiles(head_dim, arch, causal)
+    if tiles is not None:
+        if not isinstance(tiles, dict):
+            raise TypeError(f"tiles must be a dict with keys {VARLEN_TILE_KEYS} or None, "
+                            f"got {type(tiles).__name__}")
+        unknown = set(tiles) - set(VARLEN_TILE_KEYS)
+        if unknown:
+            raise ValueError(f"tiles: unknown keys {sorted(map(str, unknown))}; "
+                             f"accepted: {', '.join(VARLEN_TILE_KEYS)}")
+        t.update({k: v for k, v in tiles.items() if v is not None})
+    for key in VARLEN_TILE_KEYS:
+        n = _check_int(f"tiles[{key!r}]", t[key], 16, 256)
+        if n & (n - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+    return int(t["TILE_M"]), int(t["TILE_N"])
 
 
 # --------------------------------------------------------------------------------------
@@ -202,7 +364,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int]:
     t = default_decode_tiles(head_dim)
     if tiles is not None:
         if not isinstance(tiles, dict):
@@ -213,14 +375,17 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int]:
             raise ValueError(f"tiles: unknown keys {sorted(map(str, unknown))}; "
                              f"accepted: {', '.join(TILE_KEYS)}")
         t.update({k: v for k, v in tiles.items() if v is not None})
-    for key in TILE_KEYS:
+    for key in ("TILE_N", "MAX_ROWS"):
         n = _check_int(f"tiles[{key!r}]", t[key], 16, 256)
         if n & (n - 1):
             raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+    g = t["PAGE_MODE"]
+    mode = _check_int("tiles['PAGE_MODE']", g, 0, max(PAGE_MODES))
     tn = int(t["TILE_N"])
-    if page and tn > 8 * page:
-        raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page}")
-    return tn, int(t["MAX_ROWS"])
+    if page and mode == 0 and tn > 8 * page:
+        raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page} "
+                         f"with tiles['PAGE_MODE'] = 0")
+    return tn, int(t["MAX_ROWS"]), mode
 
 
 def _resolve_alloc(alloc, q):

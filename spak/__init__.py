@@ -32,4 +32,8 @@ def __getattr__(name):
         from spak.kvcache import fmha_kvcache
         globals()["fmha_kvcache"] = fmha_kvcache
         return fmha_kvcache
+    if name == "fmha_varlen":           # packed variable-length prefill (spak/varlen.py)
+        from spak.varlen import fmha_varlen
+        globals()["fmha_varlen"] = fmha_varlen
+        return fmha_varlen
     raise AttributeError(f"module 'spak' has no attribute {name!r}")

@@ -21,7 +21,8 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
   (the queries are the last Sq tokens); rows with no key give zeros. No effect at Sq = 1.
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
-  {"TILE_N", "MAX_ROWS"} (gpu.plan_decode).
+  {"TILE_N", "MAX_ROWS", "PAGE_MODE"} (gpu.plan_decode: keys per step, most query rows per
+  block, how a tile of several pages is read).
 
 Returns [B, Sq, Hq, Dv] in q's dtype. Forward only. Registered as the custom op
 ``torch.ops.spak.fmha_kvcache`` (with a fake implementation) for torch.compile; it
@@ -45,7 +46,8 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
 MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
-TILE_KEYS = ("TILE_N", "MAX_ROWS")
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
+PAGE_MODES = (0, 1, 2)               # = gpu.plan_decode.PAGE_MODES
 
 
 # --------------------------------------------------------------------------- validation
@@ -137,7 +139,11 @@ def _check_options(is_causal, num_splits, tiles):
     for key, val in tiles.items():
         if isinstance(val, bool) or not isinstance(val, numbers.Integral):
             raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
-        if not 16 <= val <= 256 or val & (val - 1):
+        if key == "PAGE_MODE":
+            if val not in PAGE_MODES:
+                raise ValueError(f"tiles['PAGE_MODE'] must be one of {PAGE_MODES} (boxes, "
+                                 f"gather, steps), got {val}")
+        elif not 16 <= val <= 256 or val & (val - 1):
             raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
     return {k: int(v) for k, v in tiles.items()}
 
@@ -191,13 +197,13 @@ _PLANS: dict = {}
 
 
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
-          tile_n, max_rows):
+          tile_n, max_rows, page_mode):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
     key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
            None if block_table is None else block_table.shape,
-           is_causal, scale, num_splits, tile_n, max_rows)
+           is_causal, scale, num_splits, tile_n, max_rows, page_mode)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -211,12 +217,13 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
 
     launches = plan_decode(q, k_cache, v_cache, lens, out, block_table=block_table,
                            causal=is_causal, scale=scale, num_splits=num_splits or None,
-                           tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows},
+                           tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
+                                  "PAGE_MODE": page_mode},
                            num_sms=_num_sms(q.device.index), alloc=alloc)
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
     names.update({id(w): i for i, w in enumerate(work)})
-    templates = [(L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
+    templates = [(L.kernel, L.grid, tuple(_place(a, names, work) for a in L.args))
                  for L in launches]
     if len(_PLANS) >= 512:                    # many distinct shapes: start over
         _PLANS.clear()
@@ -231,9 +238,38 @@ class _Const:
         self.value = value
 
 
+class _View:
+    """A workspace seen with another shape (the combine's view of the split kernel's)."""
+    __slots__ = ("index", "shape")
+
+    def __init__(self, index, shape):
+        self.index, self.shape = index, shape
+
+
+def _place(a, names, work):
+    """A launch argument's template entry: a named tensor, a workspace index, a view of
+    a workspace, or a constant."""
+    if id(a) in names:
+        return names[id(a)]
+    if isinstance(a, torch.Tensor):
+        for i, w in enumerate(work):
+            if a.data_ptr() == w.data_ptr() and a.numel() == w.numel():
+                return _View(i, tuple(a.shape))
+    return _Const(a)
+
+
+def _arg(a, work, tensors):
+    if isinstance(a, _Const):
+        return a.value
+    if isinstance(a, _View):
+        return work[a.index].view(a.shape)
+    return work[a] if isinstance(a, int) else tensors[a]
+
+
 def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
-          scale: float, num_splits: int, tile_n: int, max_rows: int) -> torch.Tensor:
+          scale: float, num_splits: int, tile_n: int, max_rows: int,
+          page_mode: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     import cuda.tile as ct
@@ -248,7 +284,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     if bt is not None and bt.dtype != torch.int32:
         bt = bt.to(torch.int32)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
-                              num_splits, tile_n, max_rows)
+                              num_splits, tile_n, max_rows, page_mode)
     # one workspace allocation per call, through torch's caching allocator (and its
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
@@ -257,9 +293,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     try:
         with torch.cuda.device(q.device.index):
             for kernel, grid, args in templates:
-                ct.launch(stream, grid, kernel,
-                          tuple(a.value if isinstance(a, _Const) else
-                                work[a] if isinstance(a, int) else tensors[a] for a in args))
+                ct.launch(stream, grid, kernel, tuple(_arg(a, work, tensors) for a in args))
     except Exception as exc:
         from spak.device import env as gpu_env
         if gpu_env.is_compile_error(exc):
@@ -275,7 +309,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows):
+          tile_n, max_rows, page_mode):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
@@ -301,7 +335,7 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
                                    device=q.device)
     args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
             1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
-            cfg["TILE_N"], cfg["MAX_ROWS"])
+            cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd

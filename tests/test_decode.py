@@ -122,14 +122,22 @@ def test_planner_rejects_bad_input(over, kw, err, words):
 
 
 def test_row_tiles_and_split_choice():
-    from spak.gpu.plan_decode import choose_num_splits, row_tiles
+    from spak.gpu.plan_decode import choose_num_splits, estimate_seconds, row_tiles
     assert row_tiles(32, 8, 1, 64) == (4, 4)        # GQA 4:1: 4 heads x 4 padded rows
     assert row_tiles(32, 32, 1, 64) == (1, 16)      # MHA: rows padded to 16
     assert row_tiles(32, 1, 4, 64) == (32, 2)       # MQA, Sq=4: two query tiles
     assert row_tiles(12, 2, 1, 64) == (2, 8)        # group of 6: tiles of 2 heads
-    assert choose_num_splits(8, 256, 132) == 33     # few blocks: split for 2 waves
-    assert choose_num_splits(2048, 256, 132) == 1   # enough blocks already
-    assert choose_num_splits(1, 4, 132) == 2        # at least 2 key tiles per split
+    kw = dict(tile_bytes=64 << 10, partial_bytes=32 * 130 * 4)
+    # enough blocks already (64 x 32 heads, 8k keys): one split
+    assert choose_num_splits(2048, 64, 132, kv_bytes=64 * 32 * 8192 * 512, **kw) == 1
+    # MQA, batch 1, 128k keys: one block without splits; split to fill the GPU, but
+    # the combine's cost keeps it under two blocks per SM
+    mqa = choose_num_splits(1, 1024, 132, kv_bytes=131072 * 512, **kw)
+    assert 132 <= mqa <= 264
+    assert choose_num_splits(1, 1, 132, kv_bytes=128 * 512, **kw) == 1   # one key tile
+    # more splits never reach past the key tiles, and the model is a time
+    assert estimate_seconds(4, blocks=1, key_tiles=8, kv_bytes=8 << 16, num_sms=132,
+                            **kw) > 0
 
 
 # ----------------------------------------------------------------------- the grammar
@@ -217,7 +225,7 @@ def test_custom_op_fake_shape():
     with FakeTensorMode():
         q, k, v = _t(3, 2, 8, 64), _t(3, 16, 2, 64), _t(3, 16, 2, 32)
         out = torch.ops.spak.fmha_kvcache(q, k, v, torch.zeros(3, dtype=torch.int32), None,
-                                          True, 0.125, 0, 128, 64)
+                                          True, 0.125, 0, 128, 64, 2)
     assert tuple(out.shape) == (3, 2, 8, 32) and out.dtype == torch.float16
 
 

@@ -1,22 +1,33 @@
-"""The decode kernels compile with tileiras for every target arch, on the CPU (issue 18's
-compile gate: sm_90, sm_120, sm_89); nothing is launched."""
+"""The decode and varlen kernels compile with tileiras for every target arch, on the CPU
+(issue 18's compile gate: sm_90, sm_120, sm_89); nothing is launched."""
 from __future__ import annotations
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
-# (page, seq_q, heads, causal): a contiguous GQA decode with splits, and a paged MQA
-# speculative step with causal masking and multi-page tiles
-VARIANTS = [(0, 1, (32, 8), False), (16, 4, (8, 1), True)]
+# (page, seq_q, heads, causal, tiles): a contiguous GQA decode with splits, and a paged MQA
+# speculative step with causal masking and multi-page tiles, page by page (the default)
+# and gathered
+VARIANTS = [(0, 1, (32, 8), False, None), (16, 4, (8, 1), True, None),
+            (16, 1, (8, 2), False, {"PAGE_MODE": 1})]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])
-@pytest.mark.parametrize("page, seq_q, heads, causal", VARIANTS)
-def test_decode_kernels_compile(arch, page, seq_q, heads, causal):
+@pytest.mark.parametrize("page, seq_q, heads, causal, tiles", VARIANTS)
+def test_decode_kernels_compile(arch, page, seq_q, heads, causal, tiles):
     from spak.gpu.compile_decode import compile_decode_variant
     r = compile_decode_variant(arch=arch, dtype="fp16" if page else "bf16", head_dim=128,
-                               causal=causal, page=page, seq_q=seq_q, heads=heads)
+                               causal=causal, page=page, seq_q=seq_q, heads=heads, tiles=tiles)
     assert r["ok"], r["error"]
     assert [k["name"] for k in r["kernels"]] == ["decode.split", "decode.combine"]
     assert all(k["cubin_bytes"] > 0 for k in r["kernels"])
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])
+def test_varlen_kernel_compiles(arch):
+    from spak.gpu.compile_decode import compile_decode_variant
+    r = compile_decode_variant(arch=arch, dtype="bf16", head_dim=128, causal=True,
+                               heads=(32, 8), kernel="varlen")
+    assert r["ok"], r["error"]
+    assert [k["name"] for k in r["kernels"]] == ["varlen"] and r["cubin_bytes"] > 0

@@ -21,11 +21,20 @@ Splits: the block's key tiles are cut into num_blocks(1) equal runs, computed fr
 sequence's own length on the device (so a short sequence in a large cache still spreads
 over every split, and a CUDA graph captured once serves any lengths). With one split the
 block normalises and writes Out; with several it writes its float32 partial state
-(running max m in log2 units, sum l, unnormalised acc) and decode_combine_kernel merges
-the splits in index order: deterministic, run to run.
+(running max m in log2 units, sum l, unnormalised acc) to workspaces laid out with the
+splits of a row adjacent (Acc [B, Sq, Hq, splits * Dv_tile], Mx/Lx [B, Sq, Hq, splits]),
+and decode_combine_kernel merges them: one block per output row and column chunk, all
+splits of the row in one load, a halving tree over the splits (deterministic, run to run).
+
+Paged tiles of several pages (PAGE < TILE_N): one gathered load per tile
+(ct.load_advanced_indexing with the tile's page ids as the sparse dimension,
+PAGE_MODE), or one box per page concatenated.
 
 Causal (Sq > 1): bottom-right, query i of a sequence of length L sees keys j <= i + L - Sq.
 Rows that see no key output zeros.
+
+varlen_kernel: the same key loop over a packed variable-length batch (prefill;
+FlashAttention's cu_seqlens layout), one block per (head tile x query tile, sequence).
 """
 import cuda.tile as ct
 
@@ -51,9 +60,10 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         GT: ConstInt,           # query heads per block, one kv head
                         TILE_N: ConstInt,       # keys per step
                         PAGE: ConstInt,         # page size; 0: contiguous cache
+                        PAGE_MODE: ConstInt,    # tiles of several pages: 0 boxes, 1 gather, 2 steps
                         SPLIT: ConstBool,       # write partials (several splits)
                         CAUSAL: ConstBool):
-    t, qt, kv_h = _tile_coords(ct.bid(0), Q, K, GT)
+    t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
     L = _seq_len(Lens, BT, K, b, PAGE)
@@ -61,67 +71,129 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                 padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
     m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
                             Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
-                            PAGE, CAUSAL, Q.dtype)
+                            PAGE, PAGE_MODE, CAUSAL, Q.dtype)
     if SPLIT:
         # partial state of this split; rows past Sq fall outside the arrays and are dropped.
         # m and l go element by element (scatter): a [SQ_T, GT] box of float32 is too
         # narrow a tile for the bulk-copy path, and these are a few bytes per row
         q_idx, h_idx = _row_index(qt, t, SQ_T, GT)
-        ct.scatter(Mx, (b, split, q_idx, h_idx), m_i.reshape((SQ_T * GT,)))
-        ct.scatter(Lx, (b, split, q_idx, h_idx), l_i.reshape((SQ_T * GT,)))
-        ct.store(Acc, index=(b * ct.num_blocks(1) + split, qt, t, 0),
+        ct.scatter(Mx, (b, q_idx, h_idx, split), m_i.reshape((SQ_T * GT,)))
+        ct.scatter(Lx, (b, q_idx, h_idx, split), l_i.reshape((SQ_T * GT,)))
+        ct.store(Acc, index=(b, qt, t, split),
                  tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
     else:
         _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V)
 
 
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))      # as spak.fmha's fused kernel: prefill
+def varlen_kernel(Q, K, V, CuQ, CuK, Out,
+                  scale: float,
+                  HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                  SQ_T: ConstInt,               # query rows (positions) per block
+                  GT: ConstInt,                 # query heads per block, one kv head
+                  TILE_N: ConstInt,
+                  CAUSAL: ConstBool):
+    """Attention over a packed variable-length batch (FlashAttention's varlen layout):
+    Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
+    rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
+
+    Grid (Hq/GT * cdiv(max_seqlen_q, SQ_T), 1, B). Each block views its sequence's rows
+    as arrays of their own (Array.slice), so every load and store is bounded by the
+    sequence: rows and keys past its end read as zeros and are never written, and the
+    block reuses the decode kernel's key loop (_attend, one split) with Lq queries
+    against Lk keys. Causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq."""
+    t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[1], K.shape[1], GT)
+    b = ct.bid(2)
+    q0, lq = _segment(CuQ, b, Q.shape[0])
+    k0, lk = _segment(CuK, b, K.shape[0])
+    if qt * SQ_T < lq:                      # blocks past the sequence's queries: nothing
+        Qs = Q.slice(0, q0, q0 + lq)
+        # a sequence without keys still needs a valid (empty) view: start inside K
+        ks = min(k0, K.shape[0] - 1)
+        Ks = K.slice(0, ks, ks + lk)
+        Vs = V.slice(0, ks, ks + lk)
+        q = ct.load(Qs, index=(qt, t, 0), shape=(SQ_T, GT, HEAD_DIM),
+                    padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
+        m_i, l_i, acc = _attend(q, Ks, Vs, CuK, b, kv_h, qt, 0, 1, lk, lq, scale,
+                                HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, 0, False, CAUSAL,
+                                Q.dtype)
+        out = _normalise(acc, l_i).astype(Out.dtype)
+        ct.store(Out.slice(0, q0, q0 + lq), index=(qt, t, 0),
+                 tile=out.reshape((SQ_T, GT, HEAD_DIM_V)))
+
+
+def _segment(Cu, b, total):
+    """(start, length) of sequence b: Cu[b]:Cu[b+1] clamped into [0, total] (the offsets are
+    device data the host never reads: a bad one must not reach past the array)."""
+    start = min(max(ct.load(Cu, index=(b,), shape=()), 0), total)
+    stop = min(max(ct.load(Cu, index=(b + 1,), shape=()), start), total)
+    return start, stop - start
+
+
 @ct.kernel
 def decode_combine_kernel(Acc, Mx, Lx, Out,
-                          HEAD_DIM_V: ConstInt, SQ_T: ConstInt, GT: ConstInt):
-    """Merge the splits' partial states of one (head tile, query tile, batch) block.
+                          SPLITS_T: ConstInt,     # power of two >= the split count
+                          DV_T: ConstInt):        # output columns per block
+    """Merge the splits' partial states of one output row (b, i, h), DV_T columns of it.
 
-    Grid (tiles, B, 1), tiles as in decode_split_kernel. The global max comes first (a
-    pass over every split's m), then the splits are added in index order, each weighted
-    by exp2(m_s - m): the same algebra as the online softmax, in a fixed order."""
-    num_heads = Out.shape[2]
-    t = ct.bid(0) % (num_heads // GT)
-    qt = ct.bid(0) // (num_heads // GT)
-    b = ct.bid(1)
-    splits = Mx.shape[1]
-    ROWS = SQ_T * GT
-    q_idx, h_idx = _row_index(qt, t, SQ_T, GT)
-    m = ct.full((ROWS,), NEG_INF, dtype=ct.float32)
-    for s in range(splits):
-        # rows past Sq read as -inf: weight 0, never NaN
-        m = ct.maximum(m, ct.gather(Mx, (b, s, q_idx, h_idx), padding_value=NEG_INF))
-    m = m.reshape((ROWS, 1))
+    Acc is the split kernel's workspace [B, Sq, Hq, splits * Dv_tile] seen as
+    [B * Sq, Hq, splits, Dv_tile] (the host passes that view; tiles index boxes, so the
+    split kernel needs the first to store a split's [SQ_T, GT] rows, this one the second
+    to read a row's splits). Grid (Hq * cdiv(Dv, DV_T), Sq, B): one block per row and
+    column chunk, so the merge
+    runs on as many SMs as there are rows (a decode batch of one has only Hq of them).
+    Every split's partial state of the row is ONE load (the splits are adjacent in the
+    workspace); the global max comes first, then the weighted states are added in a
+    halving tree over the split axis: a fixed order (deterministic, run to run), log2
+    depth instead of one dependent load per split."""
+    n_dv = ct.cdiv(Out.shape[3], DV_T)
+    h = ct.bid(0) // n_dv
+    dc = ct.bid(0) % n_dv
+    q = ct.bid(1)
+    b = ct.bid(2)
+    s_idx = ct.arange(SPLITS_T, dtype=ct.int32)
+    # splits past the count read as m = -inf, l = 0, acc = 0: weight 0, adding exactly 0
+    m_s = ct.gather(Mx, (b, q, h, s_idx), padding_value=NEG_INF).reshape((SPLITS_T, 1))
+    l_s = ct.gather(Lx, (b, q, h, s_idx), padding_value=0.0).reshape((SPLITS_T, 1))
+    a_s = ct.load(Acc, index=(b * Out.shape[1] + q, h, 0, dc), shape=(1, 1, SPLITS_T, DV_T),
+                  padding_mode=ct.PaddingMode.ZERO).reshape((SPLITS_T, DV_T))
+    m = ct.max(m_s, axis=0, keepdims=True)
     # m == -inf: no split saw a key for this row; subtract 0 so the weights are exp2(-inf)
-    m_safe = ct.where(m == NEG_INF, 0.0, m)
-    l_i = ct.full((ROWS, 1), 0.0, dtype=ct.float32)
-    acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
-    for s in range(splits):
-        m_s = ct.gather(Mx, (b, s, q_idx, h_idx), padding_value=NEG_INF).reshape((ROWS, 1))
-        l_s = ct.gather(Lx, (b, s, q_idx, h_idx), padding_value=0.0).reshape((ROWS, 1))
-        a_s = ct.load(Acc, index=(b * splits + s, qt, t, 0), shape=(1, SQ_T, GT, HEAD_DIM_V),
-                      padding_mode=ct.PaddingMode.ZERO).reshape((ROWS, HEAD_DIM_V))
-        w = ct.exp2(m_s - m_safe, flush_to_zero=True)
-        l_i = l_i + w * l_s
-        acc = acc + w * a_s
-    _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V)
+    w = ct.exp2(m_s - ct.where(m == NEG_INF, 0.0, m), flush_to_zero=True)
+    l_i, acc = _merge_tree(l_s, a_s, w, SPLITS_T, DV_T)
+    out = _normalise(acc, l_i).astype(Out.dtype)
+    ct.store(Out, index=(b, q, h, dc), tile=out.reshape((1, 1, 1, DV_T)))
+
+
+def _merge_tree(l_s, a_s, w, SPLITS_T, DV_T):
+    """(sum_s w_s l_s, sum_s w_s acc_s) of [SPLITS_T, 1] / [SPLITS_T, DV_T] tiles: first
+    half + second half, halving to one row. The first level weights both halves,
+    (l0 * w0) + (l1 * w1): the compiler fuses the left product into the add (one FFMA),
+    as the simulator's sm_90 model does; later levels are plain adds."""
+    half = SPLITS_T // 2
+    w0 = ct.extract(w, (0, 0), (half, 1))
+    w1 = ct.extract(w, (1, 0), (half, 1))
+    l_i = ct.extract(l_s, (0, 0), (half, 1)) * w0 + ct.extract(l_s, (1, 0), (half, 1)) * w1
+    acc = (ct.extract(a_s, (0, 0), (half, DV_T)) * w0
+           + ct.extract(a_s, (1, 0), (half, DV_T)) * w1)
+    for n in ct.static_iter([SPLITS_T >> k for k in range(2, SPLITS_T.bit_length())]):
+        l_i = ct.extract(l_i, (0, 0), (n, 1)) + ct.extract(l_i, (1, 0), (n, 1))
+        acc = ct.extract(acc, (0, 0), (n, DV_T)) + ct.extract(acc, (1, 0), (n, DV_T))
+    return l_i, acc
 
 
 # --------------------------------------------------------------------------------------
 # Coordinates and lengths
 # --------------------------------------------------------------------------------------
-def _tile_coords(bid, Q, K, GT):
+def _tile_coords(bid, num_heads, num_kv_heads, GT):
     """(head tile, query tile, kv head) of the flattened block index.
 
     Head counts come from the array shapes at run time, so one compiled variant serves
     every head count; the head tile is the fastest index, so the blocks of one kv head and
     split (which read the same K/V) run side by side and share it in L2."""
-    num_tiles = Q.shape[2] // GT
+    num_tiles = num_heads // GT
     t = bid % num_tiles
-    group = Q.shape[2] // K.shape[2]
+    group = num_heads // num_kv_heads
     return t, bid // num_tiles, (t * GT) // group
 
 
@@ -145,7 +217,7 @@ def _seq_len(Lens, BT, K, b, PAGE):
 # One block: the split's key tiles through an online softmax
 # --------------------------------------------------------------------------------------
 def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
-            HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, CAUSAL, in_dtype):
+            HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype):
     """(m, l, acc) of the block's rows over its split's keys; m in log2 units."""
     ROWS = SQ_T * GT
     first_q = qt * SQ_T
@@ -170,23 +242,80 @@ def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     l_i = ct.full((ROWS, 1), 0.0, dtype=ct.float32)
     acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
     # two loops: interior tiles take no index arithmetic or selects (as in fused.py)
+    if PAGE_MODE == 2 and 0 < PAGE and PAGE < TILE_N:
+        for j in range(j0, mid):
+            m_i, l_i, acc = _page_steps(q, K, V, BT, b, kv_h, j, L, c, q_pos, m_i, l_i, acc,
+                                        False, CAUSAL, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
+                                        in_dtype)
+        for j in range(mid, j1):
+            m_i, l_i, acc = _page_steps(q, K, V, BT, b, kv_h, j, L, c, q_pos, m_i, l_i, acc,
+                                        True, CAUSAL, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
+                                        in_dtype)
+        return m_i, l_i, acc
     for j in range(j0, mid):
-        k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE)
+        k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
+                          PAGE_MODE)
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
     for j in range(mid, j1):
-        k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE)
+        k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
+                          PAGE_MODE)
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
-        key_pos = j * TILE_N + key_offs
-        keep = key_pos < L                 # the ragged end of the sequence
-        if CAUSAL:
-            keep = keep & (key_pos <= q_pos)
-        s = ct.where(keep, s, NEG_INF)
-        # V rows past L are zeroed: a cache slot never written may hold NaN/inf, and
-        # p == 0 times NaN would still be NaN in the product
-        v = ct.where((j * TILE_N + key_offs.reshape((TILE_N, 1))) < L, v, 0.0)
+        s, v = _mask_tail(s, v, j * TILE_N, key_offs, L, q_pos, CAUSAL, TILE_N)
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
     return m_i, l_i, acc
+
+
+def _mask_tail(s, v, first_key, key_offs, L, q_pos, CAUSAL, N):
+    """Scores of keys past L (and, causal, past a row's diagonal) to -inf; V rows past L
+    to 0: a cache slot never written may hold NaN/inf, and p == 0 times NaN would still
+    be NaN in the product."""
+    key_pos = first_key + key_offs
+    keep = key_pos < L                     # the ragged end of the sequence
+    if CAUSAL:
+        keep = keep & (key_pos <= q_pos)
+    s = ct.where(keep, s, NEG_INF)
+    v = ct.where((first_key + key_offs.reshape((N, 1))) < L, v, 0.0)
+    return s, v
+
+
+def _page_steps(q, K, V, BT, b, kv_h, j, L, c, q_pos, m_i, l_i, acc, MASKED, CAUSAL,
+                HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, in_dtype):
+    """One key tile of TILE_N // PAGE small pages, page by page (PAGE_MODE 2): each page's
+    K and V box feeds the tensor cores as loaded (no concatenation), the softmax still
+    spans the whole tile. The same arithmetic as one tile: P V as a chain of one mma per
+    page is the tile's mma k16 step by k16 step, in order; the row sum adds the pages'
+    sums. Pages past the sequence's last re-read that page (their keys are masked)."""
+    n = TILE_N // PAGE
+    last = ct.cdiv(L, PAGE) - 1
+    rows = q.shape[0]
+    offs = ct.arange(PAGE, dtype=ct.int32)[None, :]
+    scores = ()
+    values = ()
+    m_new = m_i
+    for p in ct.static_iter(range(n)):
+        page = ct.load(BT, index=(b, min(j * n + p, last)), shape=())
+        k_t = ct.load(K, index=(page, 0, kv_h, 0), shape=(1, HEAD_DIM, 1, PAGE),
+                      order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+        v = ct.load(V, index=(page, 0, kv_h, 0), shape=(1, PAGE, 1, HEAD_DIM_V),
+                    padding_mode=ct.PaddingMode.ZERO).reshape((PAGE, HEAD_DIM_V))
+        s = ct.mma(q, k_t.reshape((HEAD_DIM, PAGE)),
+                   ct.full((rows, PAGE), 0.0, dtype=ct.float32)) * c
+        if MASKED:
+            s, v = _mask_tail(s, v, j * TILE_N + p * PAGE, offs, L, q_pos, CAUSAL, PAGE)
+        m_new = ct.maximum(m_new, ct.max(s, axis=-1, keepdims=True))
+        scores += (s,)
+        values += (v,)
+    m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)     # see _softmax_step
+    alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)
+    p0 = ct.exp2(scores[0] - m_safe, flush_to_zero=True)
+    total = ct.sum(p0, axis=-1, keepdims=True)
+    acc = ct.mma(p0.astype(in_dtype), values[0], acc * alpha)
+    for p in ct.static_iter(range(1, n)):
+        pp = ct.exp2(scores[p] - m_safe, flush_to_zero=True)
+        total = total + ct.sum(pp, axis=-1, keepdims=True)
+        acc = ct.mma(pp.astype(in_dtype), values[p], acc)
+    return m_new, l_i * alpha + total, acc
 
 
 def _softmax_step(s, v, m_i, l_i, acc, in_dtype):
@@ -204,21 +333,33 @@ def _softmax_step(s, v, m_i, l_i, acc, in_dtype):
     return m_new, l_i, acc
 
 
-def _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V):
-    """acc / l in Out's dtype; rows that saw no key (l == 0) give 0. Rows past Sq and
-    columns past Dv fall outside Out and are dropped by the bounds-checked store."""
+def _normalise(acc, l_i):
+    """acc / l in float32; rows that saw no key (l == 0) give 0."""
     has_keys = l_i != 0.0                  # != keeps a NaN sum NaN, as in the fused kernel
     out = ct.truediv(acc, ct.where(has_keys, l_i, 1.0), flush_to_zero=True,
                      rounding_mode=ct.RoundingMode.APPROX)
-    out = ct.where(has_keys, out, 0.0).astype(Out.dtype)
+    return ct.where(has_keys, out, 0.0)
+
+
+def _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V):
+    """acc / l in Out's dtype. Rows past Sq and columns past Dv fall outside Out and are
+    dropped by the bounds-checked store."""
+    out = _normalise(acc, l_i).astype(Out.dtype)
     ct.store(Out, index=(b, qt, t, 0), tile=out.reshape((1, SQ_T, GT, HEAD_DIM_V)))
 
 
 # --------------------------------------------------------------------------------------
 # K/V tiles: contiguous or through the page table
 # --------------------------------------------------------------------------------------
-def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE):
-    """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h."""
+def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE):
+    """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h. K and V are 3D
+    [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches."""
+    if K.ndim == 3:
+        k_t = ct.load(K, index=(0, kv_h, j), shape=(HEAD_DIM, 1, TILE_N), order=(2, 1, 0),
+                      padding_mode=ct.PaddingMode.ZERO)
+        v = ct.load(V, index=(j, kv_h, 0), shape=(TILE_N, 1, HEAD_DIM_V),
+                    padding_mode=ct.PaddingMode.ZERO)
+        return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if PAGE == 0:
         k_t = ct.load(K, index=(b, 0, kv_h, j), shape=(1, HEAD_DIM, 1, TILE_N),
                       order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
@@ -235,12 +376,24 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE):
         v = ct.load(V, index=(page, sub, kv_h, 0), shape=(1, TILE_N, 1, HEAD_DIM_V),
                     padding_mode=ct.PaddingMode.ZERO)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
-    # several pages per tile: one box per page, concatenated (ct.cat takes pairs); pages
-    # past the sequence's last one re-read that page (their keys are masked), so no table
-    # entry past the sequence is ever read
+    # several pages per tile; pages past the sequence's last one re-read that page (their
+    # keys are masked), so no table entry past the sequence is ever read
     n = TILE_N // PAGE
     first = j * n
     last = ct.cdiv(L, PAGE) - 1
+    if PAGE_MODE == 1:
+        # one load per tile: the tile's page ids are the sparse dimension of the cache,
+        # [n, PAGE, 1, D] in one go instead of n small boxes concatenated
+        pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32), last)))
+        k = ct.load_advanced_indexing(K, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
+                                          ct.Slice(0, HEAD_DIM)),
+                                      padding_mode=ct.PaddingMode.ZERO)
+        v = ct.load_advanced_indexing(V, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
+                                          ct.Slice(0, HEAD_DIM_V)),
+                                      padding_mode=ct.PaddingMode.ZERO)
+        return (ct.transpose(k.reshape((TILE_N, HEAD_DIM))),
+                v.reshape((TILE_N, HEAD_DIM_V)))
+    # else one box per page, concatenated (ct.cat takes pairs)
     k_t = _pages(K, BT, b, kv_h, first, last, n, HEAD_DIM, PAGE, True)
     v = _pages(V, BT, b, kv_h, first, last, n, HEAD_DIM_V, PAGE, False)
     return k_t, v

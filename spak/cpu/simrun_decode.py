@@ -44,3 +44,35 @@ def simulate_decode(inputs: dict, *, dtype: str = "fp16", causal: bool = False, 
                            num_sms=num_sms, alloc=alloc)
     reports = [sim.launch(L.kernel, L.grid, L.args, model=model) for L in launches]
     return out.data, reports
+
+
+def simulate_varlen(inputs: dict, *, dtype: str = "fp16", causal: bool = False, scale=None,
+                    tiles=None, model: str = "sm_90") -> tuple[np.ndarray, list]:
+    """(out [total_q, Hq, Dv], launch reports) of the varlen kernel for inputs {q, k, v,
+    cu_seqlens_q, cu_seqlens_k} (packed [total, heads, D] arrays as for simulate_decode;
+    int32 [B+1] offsets), max_seqlen_q/k taken from the offsets. Rows no block writes
+    stay NaN (the output is poisoned), so a missed row fails the NaN gate."""
+    from spak.gpu.plan_decode import plan_varlen
+    if dtype not in _CT_DTYPE:
+        raise ValueError(f"dtype must be one of {tuple(_CT_DTYPE)}, got {dtype!r}")
+    ctd = _CT_DTYPE[dtype]
+    arrays = {}
+    for name in ("q", "k", "v"):
+        x = inputs[name]
+        if not isinstance(x, np.ndarray) or x.dtype != _STORAGE[dtype]:
+            raise TypeError(f"{name} must be a numpy {np.dtype(_STORAGE[dtype])} array for "
+                            f"dtype={dtype!r}, got {getattr(x, 'dtype', type(x).__name__)}")
+        arrays[name] = sim.SimArray(np.array(x, order="C", copy=True), ctd, name=name)
+    cq, ck = (np.asarray(inputs[n], np.int32) for n in ("cu_seqlens_q", "cu_seqlens_k"))
+    Tq, Hq, _ = inputs["q"].shape
+    out_np = np.full((Tq, Hq, inputs["v"].shape[2]), np.nan, _STORAGE[dtype])
+    out = sim.SimArray(out_np, ctd, name="Out")
+    launches = plan_varlen(arrays["q"], arrays["k"], arrays["v"], cq, ck, out,
+                           max_seqlen_q=int(np.diff(cq).max(initial=0)),
+                           max_seqlen_k=int(np.diff(ck).max(initial=0)), causal=causal,
+                           scale=scale, tiles=tiles)
+    reports = [sim.launch(L.kernel, L.grid, L.args, model=model) for L in launches]
+    data = out.data
+    if not launches or inputs["k"].shape[0] == 0:
+        data[:] = 0                       # nothing to attend to: every row is 0
+    return data, reports

@@ -120,7 +120,8 @@ def split_count(p, inputs, config) -> int:
         if dev.type == "cuda" else 132
     k, bt = inputs["k_cache"], inputs["block_table"]
     cap = k.shape[1] * (1 if bt is None else bt.shape[1])
-    return auto_splits(p.B, p.Hq, p.Hkv, p.Sq, cap, t["TILE_N"], t["MAX_ROWS"], sms)
+    return auto_splits(p.B, p.Hq, p.Hkv, p.Sq, cap, t["TILE_N"], t["MAX_ROWS"], sms, p.D,
+                       inputs["v_cache"].shape[3])
 
 
 def decode_sim_slice(p, inputs, out, config, *, splits: int, work: int) -> SimSlice:

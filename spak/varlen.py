@@ -1,0 +1,229 @@
+"""`spak.fmha_varlen`: attention over a packed variable-length batch (prefill), for PyTorch
+CUDA tensors, in FlashAttention's varlen convention:
+
+    out = spak.fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           is_causal=True)
+
+* q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]: the sequences' rows
+  packed one after another (no padding); fp16 or bf16, all three the same; Hq a multiple
+  of Hkv (GQA/MQA); D, Dv in [1, 256]. Non-contiguous inputs are copied.
+* cu_seqlens_q, cu_seqlens_k: int32 (int64 converted) [B+1], ascending offsets from 0:
+  sequence b owns rows cu_seqlens_q[b]:cu_seqlens_q[b+1] of q (and of the output) and
+  cu_seqlens_k[b]:cu_seqlens_k[b+1] of k and v. Device data, not read on the host (that
+  would cost a sync): the kernel clamps the offsets to the arrays; a sequence of length 0
+  is allowed (a query run with no key gives zeros).
+* max_seqlen_q, max_seqlen_k: ints >= 0, the longest runs (they size the launch, as in
+  FlashAttention; rows of a query run past max_seqlen_q are left unwritten).
+* is_causal: bottom-right per sequence: query i of a run of Lq sees keys j <= i + Lk - Lq
+  (FlashAttention >= 2.1); rows that see no key give zeros.
+* scale: default 1/sqrt(D); any finite real number. tiles: {"TILE_M", "TILE_N"}
+  (gpu.plan_decode.default_varlen_tiles: spak.fmha's defaults).
+
+Returns [total_q, Hq, Dv] in q's dtype. Forward only. The kernel is the decode family's key
+loop (gpu/kernels/decode.py, varlen_kernel): one block per (query tile, head, sequence),
+each viewing its sequence's rows as arrays of their own. Registered as the custom op
+``torch.ops.spak.fmha_varlen`` (fake implementation included) for torch.compile; it
+launches on the current stream, so it can be captured in a CUDA graph. Every bad input
+raises ValueError/TypeError naming the argument before anything runs (docs/errors.md).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional
+
+import torch
+
+from spak.kvcache import DTYPES, INDEX_DTYPES, MAX_HEAD_DIM, _check_scale, _Const
+
+__all__ = ["fmha_varlen", "validate_varlen"]
+
+TILE_KEYS = ("TILE_M", "TILE_N")
+
+
+def _check_3d(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 3:
+        raise ValueError(f"{name} must be 3D [total, heads, head_dim], got {t.dim()}D shape "
+                         f"{tuple(t.shape)}")
+
+
+def _check_sizes(q, k, v):
+    Tq, Hq, D = q.shape
+    Tk, Hkv, Dk = k.shape
+    if tuple(v.shape[:2]) != (Tk, Hkv):
+        raise ValueError(f"k and v must agree in all but the last dim, got {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head_dim, got q {D}, k {Dk}")
+    for name, d in (("q/k head_dim", D), ("v head_dim", v.shape[2])):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of k's heads ({Hkv}) "
+                         f"(grouped-query attention)")
+
+
+def _check_offsets(cu_q, cu_k):
+    for name, t in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in INDEX_DTYPES:
+            raise TypeError(f"{name} dtype must be torch.int32 (or torch.int64, converted), "
+                            f"got {t.dtype}")
+        if t.dim() != 1 or t.shape[0] < 1:
+            raise ValueError(f"{name} must be 1D [B+1] (B >= 0), got shape {list(t.shape)}")
+    if cu_q.shape != cu_k.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length B+1, got "
+                         f"{cu_q.shape[0]} and {cu_k.shape[0]}")
+
+
+def _check_max(name, n):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {n!r}")
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return int(n)
+
+
+def _check_tiles(tiles):
+    if tiles is None:
+        return {}
+    if not isinstance(tiles, dict):
+        raise TypeError(f"tiles must be a dict {{'TILE_M': int, 'TILE_N': int}} or None, "
+                        f"got {type(tiles).__name__}")
+    unknown = set(tiles) - set(TILE_KEYS)
+    if unknown:
+        raise ValueError(f"tiles has unknown keys {sorted(map(str, unknown))}; accepted: "
+                         f"{', '.join(TILE_KEYS)}")
+    for key, val in tiles.items():
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+            raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
+        if not 16 <= val <= 256 or val & (val - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
+    return {k: int(v) for k, v in tiles.items()}
+
+
+def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                    is_causal=False, scale=None, tiles=None, require_cuda: bool = True):
+    """Check every argument of fmha_varlen; raise ValueError/TypeError naming the culprit.
+    Returns (scale or None, tiles dict). Order: types and ndim, dtypes, sizes, offsets,
+    lengths, options, devices (shape errors are reported for CPU and meta tensors too)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_3d(name, t)
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
+    _check_sizes(q, k, v)
+    _check_offsets(cu_seqlens_q, cu_seqlens_k)
+    _check_max("max_seqlen_q", max_seqlen_q)
+    _check_max("max_seqlen_k", max_seqlen_k)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    scale = _check_scale(scale)
+    tiles = _check_tiles(tiles)
+    named = [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+             ("cu_seqlens_k", cu_seqlens_k)]
+    if len({str(t.device) for _, t in named}) > 1:
+        raise ValueError("q, k, v, cu_seqlens_q and cu_seqlens_k must be on one device, got "
+                         + ", ".join(f"{n} {t.device}" for n, t in named))
+    if require_cuda and q.device.type != "cuda":
+        raise ValueError(f"q, k, v must be CUDA tensors (spak.fmha_varlen runs cuTile kernels "
+                         f"on an NVIDIA GPU), got device {q.device}; for CPU use the "
+                         f"simulator (spak.cpu.simrun_decode.simulate_varlen)")
+    return scale, tiles
+
+
+# -------------------------------------------------------------------------- the op
+
+_PLANS: dict = {}
+
+
+def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, tile_m, tile_n):
+    """gpu.plan_decode.plan_varlen's launch with the tensors' places named, per (shapes,
+    flags, config): planning costs host time a short kernel would not."""
+    key = (q.shape, k.shape, v.shape, cu_q.shape, q.dtype, q.device, max_q, is_causal,
+           scale, tile_m, tile_n)
+    cached = _PLANS.get(key)
+    if cached is not None:
+        return cached
+    from spak.gpu.plan_decode import plan_varlen
+    major, minor = torch.cuda.get_device_capability(q.device)
+    launches = plan_varlen(q, k, v, cu_q, cu_k, out, max_seqlen_q=max_q, max_seqlen_k=max_k,
+                           causal=is_causal, scale=scale,
+                           tiles={"TILE_M": tile_m, "TILE_N": tile_n},
+                           arch=f"sm_{major}{minor}")
+    names = {id(q): "q", id(k): "k", id(v): "v", id(cu_q): "cq", id(cu_k): "ck", id(out): "out"}
+    cached = [(L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
+              for L in launches]
+    if len(_PLANS) >= 512:
+        _PLANS.clear()
+    _PLANS[key] = cached
+    return cached
+
+
+def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+          cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, is_causal: bool,
+          scale: float, tile_m: int, tile_n: int) -> torch.Tensor:
+    """The custom op's CUDA body; arguments validated by fmha_varlen."""
+    import cuda.tile as ct
+    import spak.gpu.launch as gl
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    cq, ck = (c if c.dtype == torch.int32 else c.to(torch.int32)
+              for c in (cu_seqlens_q, cu_seqlens_k))
+    cq, ck = cq.contiguous(), ck.contiguous()
+    # every row of a run up to max_seqlen_q is written (a run without keys: zeros); rows
+    # past it are the caller's broken promise and stay unwritten, as in FlashAttention
+    out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    templates = _templates(q, k, v, cq, ck, out, max_seqlen_q, max_seqlen_k, is_causal,
+                           scale, tile_m, tile_n)
+    if not templates:                     # no key anywhere (or max_seqlen_q == 0): zeros
+        return out.zero_()
+    tensors = {"q": q, "k": k, "v": v, "cq": cq, "ck": ck, "out": out}
+    stream = gl.current_raw_stream(q.device.index)
+    try:
+        with torch.cuda.device(q.device.index):
+            for kernel, grid, args in templates:
+                ct.launch(stream, grid, kernel,
+                          tuple(a.value if isinstance(a, _Const) else tensors[a] for a in args))
+    except Exception as exc:
+        from spak.device import env as gpu_env
+        if gpu_env.is_compile_error(exc):
+            major, minor = torch.cuda.get_device_capability(q.device)
+            raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
+        raise
+    return out
+
+
+_op = torch.library.custom_op("spak::fmha_varlen", mutates_args=())(_impl)
+_op.__doc__ = "torch.ops.spak.fmha_varlen: spak.fmha_varlen's kernel (inputs validated)."
+
+
+@_op.register_fake
+def _fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal, scale,
+          tile_m, tile_n):
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+
+
+def fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                is_causal: bool = False, scale: Optional[float] = None,
+                tiles: Optional[dict] = None):
+    """softmax(q K^T * scale) V per packed sequence; see the module docstring."""
+    s, t = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           is_causal=is_causal, scale=scale, tiles=tiles)
+    from spak.gpu.plan_decode import default_varlen_tiles
+    major, minor = torch.cuda.get_device_capability(q.device)
+    cfg = {**default_varlen_tiles(q.shape[2], f"sm_{major}{minor}", is_causal), **t}
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+            is_causal, 1.0 / math.sqrt(q.shape[2]) if s is None else s,
+            cfg["TILE_M"], cfg["TILE_N"])
+    from spak.kvcache import _plain_eager
+    if not _plain_eager(q, k, v, cu_seqlens_q, cu_seqlens_k) or (
+            torch.is_grad_enabled() and q.requires_grad):
+        return torch.ops.spak.fmha_varlen(*args)
+    return _impl(*args)

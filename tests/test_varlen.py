@@ -1,0 +1,220 @@
+"""Packed variable-length attention (issue 18's varlen prefill): the varlen kernel on the
+simulator against float64 on ragged batches (lengths 0 and 1, more queries than keys,
+GQA/MQA, causal bottom-right per sequence), the planner's and spak.fmha_varlen's input
+checks, and the PyTorch entry points (spak.fmha_varlen, spak.fmha_kvcache) run end to end
+with cuTile's launch replaced by the simulator. All CPU."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from spak.attention.kvcache_ref import decode_attention_f64, varlen_attention_f64
+from spak.core.metrics import gate_for, rel_l2, round_to_bf16
+from spak.cpu.simrun_decode import simulate_varlen
+
+T16 = {"TILE_M": 16, "TILE_N": 16}      # many tiles on tiny shapes
+
+
+def _packed(lq, lk, Hq, Hkv, D, dtype="fp16", seed=0, Dv=None):
+    """Packed q/k/v with the offsets of runs lq (queries) and lk (keys)."""
+    rng = np.random.default_rng([seed, len(lq), sum(lq), sum(lk), Hq, Hkv, D])
+    cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+
+    def draw(shape):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        return x.astype(np.float16) if dtype == "fp16" else round_to_bf16(x)
+    return dict(q=draw((cq[-1], Hq, D)), k=draw((ck[-1], Hkv, D)),
+                v=draw((ck[-1], Hkv, Dv or D)), cu_seqlens_q=cq, cu_seqlens_k=ck)
+
+
+# (query runs, key runs, Hq, Hkv, D, causal): ragged, a run of length 0 (queries and/or
+# keys) and of length 1, more queries than keys (causal: the first rows see nothing)
+CASES = [
+    ([5, 0, 1, 33], [7, 3, 0, 40], 4, 2, 64, False),
+    ([5, 0, 1, 33], [7, 3, 0, 40], 4, 2, 64, True),
+    ([17, 40, 1], [17, 100, 1], 8, 1, 64, True),             # MQA, prefill after a cache
+    ([20, 3], [9, 3], 2, 2, 80, True),                       # Sq > Sk; D = 80
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("lq, lk, Hq, Hkv, D, causal", CASES)
+def test_varlen_simulator_matches_float64(lq, lk, Hq, Hkv, D, causal, dtype):
+    x = _packed(lq, lk, Hq, Hkv, D, dtype)
+    out, reports = simulate_varlen(x, dtype=dtype, causal=causal, tiles=T16)
+    ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
+                               causal=causal)
+    assert np.isfinite(out).all()                      # every row written (output poisoned)
+    assert rel_l2(out, ref) <= gate_for(dtype)
+    assert all(r.clean for r in reports), [r.summary() for r in reports]
+
+
+def test_varlen_equals_per_sequence_decode_reference_and_can_fail():
+    """The varlen reference against the KV-cache one (another indexing path), and the
+    comparison notices a wrong answer: causal output against the non-causal reference; a
+    run with no key is exactly zero."""
+    x = _packed([6, 4, 3], [6, 9, 0], 4, 2, 32, seed=3)
+    out, _ = simulate_varlen(x, causal=True, tiles=T16)
+    cq, ck = x["cu_seqlens_q"], x["cu_seqlens_k"]
+    for b in range(2):
+        q = x["q"][cq[b]:cq[b + 1]][None]
+        k, v = x["k"][ck[b]:ck[b + 1]][None], x["v"][ck[b]:ck[b + 1]][None]
+        want = decode_attention_f64(q, k, v, np.array([k.shape[1]], np.int32), causal=True)
+        assert rel_l2(out[cq[b]:cq[b + 1]][None], want) <= 1e-3
+    wrong = varlen_attention_f64(x["q"], x["k"], x["v"], cq, ck, causal=False)
+    assert rel_l2(out, wrong) > 1e-2
+    assert not out[cq[2]:].any()
+
+
+def test_varlen_tiles_agree():
+    x = _packed([40, 7], [50, 70], 4, 4, 32, seed=5)
+    a, _ = simulate_varlen(x, causal=True, tiles={"TILE_M": 16, "TILE_N": 32})
+    b, _ = simulate_varlen(x, causal=True, tiles={"TILE_M": 32, "TILE_N": 16})
+    ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
+                               causal=True)
+    assert rel_l2(a, ref) <= 1e-3 and rel_l2(b, ref) <= 1e-3
+
+
+def test_varlen_no_keys_at_all_gives_zeros():
+    x = _packed([3, 2], [0, 0], 2, 1, 16)
+    out, reports = simulate_varlen(x, tiles=T16)
+    assert reports == [] and not out.any()
+
+
+# ----------------------------------------------------------------------- the planner
+
+def _plan_args(**over):
+    a = dict(q=np.zeros((10, 4, 64), np.float16), k=np.zeros((12, 2, 64), np.float16),
+             v=np.zeros((12, 2, 64), np.float16), cq=np.array([0, 4, 10], np.int32),
+             ck=np.array([0, 5, 12], np.int32), out=np.zeros((10, 4, 64), np.float16),
+             kw={})
+    a.update(over)
+    return a
+
+
+@pytest.mark.parametrize("over, err, words", [
+    (dict(q=np.zeros((10, 4, 1, 64), np.float16)), ValueError, "q must be 3D"),
+    (dict(k=np.zeros((12, 3, 64), np.float16), v=np.zeros((12, 3, 64), np.float16)),
+     ValueError, "multiple of k's heads"),
+    (dict(v=np.zeros((11, 2, 64), np.float16)), ValueError, "k and v must agree"),
+    (dict(out=np.zeros((10, 4, 32), np.float16)), ValueError, "out must have shape"),
+    (dict(cq=np.array([0, 4, 10], np.int64)), TypeError, "cu_seqlens_q dtype must be int32"),
+    (dict(ck=np.array([0, 12], np.int32)), ValueError, "cu_seqlens_k must have shape"),
+    (dict(cq=np.zeros((1, 3), np.int32)), ValueError, "cu_seqlens_q must be 1D"),
+    (dict(k=np.zeros((12, 2, 64), np.float32), v=np.zeros((12, 2, 64), np.float32)),
+     TypeError, "k dtype"),
+    (dict(kw=dict(max_seqlen_q=-1)), ValueError, "max_seqlen_q"),
+    (dict(kw=dict(tiles={"TILE_M": 48})), ValueError, "power of two"),
+    (dict(kw=dict(tiles={"MAX_ROWS": 64})), ValueError, "unknown keys"),
+    (dict(kw=dict(causal="yes")), TypeError, "causal must be a bool"),
+])
+def test_plan_varlen_rejects_bad_input(over, err, words):
+    from spak.gpu.plan_decode import plan_varlen
+    a = _plan_args(**over)
+    kw = {"max_seqlen_q": 6, "max_seqlen_k": 7, **a["kw"]}
+    with pytest.raises(err, match=words):
+        plan_varlen(a["q"], a["k"], a["v"], a["cq"], a["ck"], a["out"], **kw)
+
+
+# ----------------------------------------------------------------------- the API
+
+torch = pytest.importorskip("torch")
+
+
+def _t(*shape, dtype=None):
+    return torch.randn(*shape, dtype=dtype or torch.float16)
+
+
+def _i32(*vals):
+    return torch.tensor(vals, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("mutate, err, words", [
+    (lambda a: a.update(q=np.zeros((10, 4, 64))), TypeError, "q must be a torch.Tensor"),
+    (lambda a: a.update(q=_t(10, 64)), ValueError, "q must be 3D"),
+    (lambda a: a.update(q=_t(10, 4, 64, dtype=torch.float32)), TypeError, "q dtype"),
+    (lambda a: a.update(v=_t(12, 2, 64, dtype=torch.bfloat16)), TypeError, "v dtype"),
+    (lambda a: a.update(k=_t(12, 3, 64), v=_t(12, 3, 64)), ValueError, "multiple"),
+    (lambda a: a.update(k=_t(12, 2, 32)), ValueError, "same head_dim"),
+    (lambda a: a.update(cq=torch.tensor([0.0, 4.0, 10.0])), TypeError, "cu_seqlens_q dtype"),
+    (lambda a: a.update(ck=_i32(0, 12)), ValueError, "same length"),
+    (lambda a: a.update(cq=torch.zeros(0, dtype=torch.int32)), ValueError, "1D"),
+    (lambda a: a.update(mq=-1), ValueError, "max_seqlen_q must be >= 0"),
+    (lambda a: a.update(mk=2.5), TypeError, "max_seqlen_k must be an int"),
+    (lambda a: a.update(kw=dict(is_causal=1)), TypeError, "is_causal"),
+    (lambda a: a.update(kw=dict(scale=float("inf"))), ValueError, "scale"),
+    (lambda a: a.update(kw=dict(tiles={"TILE_M": 100})), ValueError, "tiles"),
+    (lambda a: None, ValueError, "must be CUDA tensors"),
+])
+def test_fmha_varlen_rejects_bad_input(mutate, err, words):
+    import spak
+    a = dict(q=_t(10, 4, 64), k=_t(12, 2, 64), v=_t(12, 2, 64), cq=_i32(0, 4, 10),
+             ck=_i32(0, 5, 12), mq=6, mk=7, kw={})
+    mutate(a)
+    with pytest.raises(err, match=words):
+        spak.fmha_varlen(a["q"], a["k"], a["v"], a["cq"], a["ck"], a["mq"], a["mk"], **a["kw"])
+
+
+def test_varlen_custom_op_fake_shape():
+    import spak.varlen  # noqa: F401 -- registers torch.ops.spak.fmha_varlen
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        out = torch.ops.spak.fmha_varlen(_t(10, 4, 64), _t(12, 2, 64), _t(12, 2, 32),
+                                         _i32(0, 4, 10), _i32(0, 5, 12), 6, 7, True, 0.125,
+                                         64, 64)
+    assert tuple(out.shape) == (10, 4, 32) and out.dtype == torch.float16
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """cuTile's launch runs the kernel in the CPU simulator on the tensors' memory, and
+    the device queries answer as an H100 would: the API's own code path, on the CPU."""
+    import cuda.tile as ct
+    from spak import sim
+    import spak.gpu.launch as gl
+    import spak.kvcache as kvc
+
+    def launch(stream, grid, kernel, args):
+        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
+                                  else a for a in args])
+    monkeypatch.setattr(ct, "launch", launch)
+    monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "device", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr(kvc, "_num_sms", lambda *a: 132)
+    monkeypatch.setattr(kvc, "_check_devices", lambda *a: None)
+    import spak.varlen as vl
+    real = vl.validate_varlen
+    monkeypatch.setattr(vl, "validate_varlen", lambda *a, **kw: real(*a, **kw,
+                                                                       require_cuda=False))
+
+
+def test_fmha_varlen_end_to_end_on_the_simulator(cpu_launch):
+    import spak
+    x = _packed([9, 0, 1, 20], [12, 4, 0, 20], 4, 2, 32, seed=7)
+    t = {k: torch.from_numpy(v) for k, v in x.items()}
+    out = spak.fmha_varlen(t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"],
+                           20, 20, is_causal=True, tiles=T16)
+    ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
+                               causal=True)
+    assert out.shape == (30, 4, 32) and torch.isfinite(out).all()
+    assert rel_l2(out.numpy(), ref) <= 1e-3
+
+
+def test_fmha_kvcache_end_to_end_on_the_simulator(cpu_launch):
+    """The API's launch templates, workspaces and the combine's view of them (several
+    splits), paged: the path a GPU call takes, run on the CPU."""
+    import spak
+    from spak.families.fmha_decode import FAMILY
+    p = FAMILY.parse("2x8:2x3:100x64/causal/page16/lens=100:37/fp16")
+    x = FAMILY.make_inputs(p, seed=4)
+    t = {k: None if v is None else torch.from_numpy(v) for k, v in x.items()}
+    for splits in (3, 3):                     # the second call reuses the cached plan
+        out = spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                                block_table=t["block_table"], is_causal=True,
+                                num_splits=splits)
+        assert torch.isfinite(out).all()
+        assert rel_l2(out.numpy(), FAMILY.reference(p, x)["out"]) <= 1e-3
