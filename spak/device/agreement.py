@@ -35,24 +35,30 @@ def agreement(fam, kernel: str, problem, inputs, outputs, config, *, model: str,
 
     Returns fraction_bit_identical and elements (over all outputs), max_ulp, slice (its
     text), model and seconds (simulation). dump: a dict collecting the slices that are
-    not bit-identical (`dump_slice`)."""
+    not bit-identical (`dump_slice`). A family may cut several slices (a list: each
+    simulated, its ``gpu`` outputs compared; the texts joined by "; ")."""
     import numpy as np
     from spak.core.metrics import fraction_bit_identical, max_ulp
-    sl = fam.sim_slice(kernel, problem, inputs, outputs, config, heads=heads, work=work)
-    t0 = time.perf_counter()
-    sim_out, _ = fam.simulate(kernel, sl.problem, sl.inputs, tiles=sl.tiles, model=model)
-    secs = time.perf_counter() - t0
+    cut = fam.sim_slice(kernel, problem, inputs, outputs, config, heads=heads, work=work)
+    slices = list(cut) if isinstance(cut, (list, tuple)) else [cut]
     same = elements = worst = 0
-    for name, gpu in sl.gpu.items():
-        n = int(np.size(gpu))
-        same += fraction_bit_identical(gpu, sim_out[name], problem.dtype) * n
-        elements += n
-        worst = max(worst, max_ulp(gpu, sim_out[name], problem.dtype))
+    secs = 0.0
+    for sl in slices:
+        t0 = time.perf_counter()
+        sim_out, _ = fam.simulate(kernel, sl.problem, sl.inputs, tiles=sl.tiles, model=model)
+        secs += time.perf_counter() - t0
+        sl_same = sl_elements = 0
+        for name, gpu in sl.gpu.items():
+            n = int(np.size(gpu))
+            sl_same += fraction_bit_identical(gpu, sim_out[name], problem.dtype) * n
+            sl_elements += n
+            worst = max(worst, max_ulp(gpu, sim_out[name], problem.dtype))
+        if dump is not None and sl_same < sl_elements:
+            dump_slice(dump, f"{kernel}|{problem.case_id}", sl.dump_arrays, sl.dump_meta)
+        same, elements = same + sl_same, elements + sl_elements
     frac = same / elements if elements else 1.0
-    if dump is not None and frac < 1.0:
-        dump_slice(dump, f"{kernel}|{problem.case_id}", sl.dump_arrays, sl.dump_meta)
     return {"fraction_bit_identical": frac, "max_ulp": worst, "elements": elements,
-            "slice": sl.text, "model": model, "seconds": secs}
+            "slice": "; ".join(sl.text for sl in slices), "model": model, "seconds": secs}
 
 
 def dump_slice(dump: dict, key: str, arrays: dict, meta: dict) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, ContextManager, Mapping
+from typing import Any, Callable, ContextManager, Mapping, Optional
 
 __all__ = ["GpuCall", "PeerCall", "SimSlice", "shared_alloc", "first_tensor"]
 
@@ -59,11 +59,14 @@ class PeerCall:
     context   a factory of the context held around checking and timing the peer (e.g.
               torch's sdpa_kernel backend choice: entered per call it would cost more
               than a short kernel)
+    flops     FLOPs of one call when they are not the family's ``flops`` (e.g. a forward +
+              backward row beside a backward's peers); None: the family's
     """
     run: Callable[[Mapping], Any]
     outputs: Callable[[Any], dict] = _single_output
     conform: Callable[[dict], dict] = _as_is
     context: Callable[[], ContextManager] = contextlib.nullcontext
+    flops: Optional[float] = None
 
 
 @dataclasses.dataclass

@@ -118,10 +118,11 @@ def run_case(spec, kernels, args, env, ceiling: Optional[float], emit, fam=None)
 
 
 def _add_rates(row: dict, fam, spec, ceiling) -> None:
-    """TFLOPS (and % of the matmul ceiling) from the median time; GB/s for families
-    measured by bandwidth."""
+    """TFLOPS (and % of the matmul ceiling) from the median time (a row's own "flops" when
+    its provider computes more than the family's problem); GB/s for families measured by
+    bandwidth."""
     sec = row["ms_median"] * 1e-3
-    row["tflops"] = fam.flops(spec) / sec / 1e12
+    row["tflops"] = (row.get("flops") or fam.flops(spec)) / sec / 1e12
     row["pct_ceiling"] = 100.0 * row["tflops"] / ceiling if ceiling else None
     if fam.metric == "GB/s":
         row["gb_per_s"] = fam.bytes_moved(spec) / sec / 1e9
@@ -192,6 +193,8 @@ def _peer(fam, name, peer, sets, ref) -> dict:
     NaN/Inf count and error vs float64, or the error that stopped it."""
     import torch
     row = {"provider": name, "kernel": None, "error": None}
+    if getattr(peer, "flops", None) is not None:
+        row["flops"] = peer.flops
     try:
         with peer.context():
             try:

@@ -359,7 +359,10 @@ class KernelFamily:
         ``outputs``: a spak.device.calls.SimSlice (its problem, numpy inputs cut from the GPU
         inputs, the GPU outputs on it, tiles, text). ``work`` bounds the simulated work
         (for attention: query rows x keys x head dim x heads); ``heads``: query heads
-        wanted (required for `spak run`'s agreement check)."""
+        wanted (required for `spak run`'s agreement check). A list of SimSlices when the
+        outputs need different cuts (each simulated and compared on its own ``gpu``
+        outputs; e.g. the backward's dK/dV, which need every query row, and dQ, which
+        needs every key)."""
         raise NotImplementedError
 
     def has_gpu_loop(self) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 from spak.attention import problems as P
 from spak.core.metrics import max_abs, nonfinite_count, rel_l2, round_to_bf16
 from spak.families.base import KernelFamily
+from spak.families.fmha_fwd import FmhaForward, attention_report_place
 
 #: Relative-L2 gates vs float64 for dQ, dK and dV, the forward's (spak.core.metrics.GATES).
 #: Measured on the simulator (sm_90 model) over the 80 `gates` problems: fp16 2.6e-4 ..
@@ -29,12 +30,16 @@ BWD_GATES = {"fp16": 1e-3, "bf16": 8e-3}
 
 class BwdInputs(NamedTuple):
     """The forward's inputs (as spak.attention.problems.Inputs) plus dout, the gradient of
-    the loss w.r.t. the output: [B, Hq, Sq, D], the inputs' storage dtype."""
+    the loss w.r.t. the output: [B, Hq, Sq, D], the inputs' storage dtype. out and lse:
+    the forward's output and float32 [B, Hq, Sq] row log-sum-exp when given (a GPU's, to
+    simulate the backward kernels alone); None: the simulator runs the forward first."""
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
     mask: np.ndarray | None
     dout: np.ndarray
+    out: np.ndarray | None = None
+    lse: np.ndarray | None = None
 
 
 class FmhaBackward(KernelFamily):
@@ -121,7 +126,7 @@ class FmhaBackward(KernelFamily):
         g, reports = simulate_fmha_bwd(kernel, inputs.q, inputs.k, inputs.v, inputs.dout,
                                        mask=inputs.mask, causal=problem.causal,
                                        tiles=bwd_tiles_dict(tiles), model=model,
-                                       dtype=problem.dtype)
+                                       dtype=problem.dtype, out=inputs.out, lse=inputs.lse)
         return {"dq": g["dq"], "dk": g["dk"], "dv": g["dv"]}, reports
 
     def compile_variant(self, item) -> dict:
@@ -134,6 +139,84 @@ class FmhaBackward(KernelFamily):
                                 causal=item["causal"], has_mask=item["mask"],
                                 tiles=dict(tiles), hints=item.get("hints"))
         return {**r, "tiles": dict(tiles)}
+
+    # the GPU loop (`spak run`, the sweep's worker): spak/device/bwd_gpu.py, bwd_peers.py.
+    # Input sets: q, k, v, mask, kmask, dout and the forward's out, lse (our fused forward,
+    # once per set); outputs dq, dk, dv; our call times the backward's launches alone.
+    #: the backward peers `spak run` lists in its table (all: peer_calls(names=None))
+    run_peers = ("sdpa-cudnn", "sdpa-flash")
+    #: forward + backward rows `spak run` times beside them (FLOPs: 3.5x the forward's)
+    fwd_bwd_peers = ("fwd+bwd:spak-fused", "fwd+bwd:sdpa-cudnn")
+
+    def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
+        from spak.device.bwd_gpu import bwd_gpu_inputs
+        return bwd_gpu_inputs(problem, seed, set_index, device)
+
+    def gpu_input_sets(self, problem, seed, n_sets, device="cuda") -> list[dict]:
+        from spak.device.bwd_gpu import bwd_input_sets
+        return bwd_input_sets(problem, seed, n_sets, device)
+
+    def gpu_reference(self, problem, inputs) -> dict:
+        from spak.device.bwd_gpu import bwd_reference
+        return bwd_reference(self, problem, inputs)
+
+    def gpu_config(self, kernel, problem, device, tiles=None) -> dict:
+        """--tiles MxN: M query rows and N keys per step in both kernels (no hints); else
+        the tuned store's entry for the device's GPU, else the default tiles."""
+        if tiles is not None:
+            return bwd_tiles_dict(tiles)
+        from spak.device.bwd_gpu import bwd_config
+        return bwd_config(self, kernel, problem, device)
+
+    def workspace_bytes(self, kernel, problem) -> int:
+        return 8 * problem.B * problem.Hq * problem.Sq       # delta and lse2, float32
+
+    def gpu_call(self, kernel, problem, inputs, config, *, alloc=None):
+        if kernel not in self.kernels:
+            raise ValueError(f"kernel must be one of {self.kernels}, got {kernel!r}")
+        from spak.device.bwd_gpu import bwd_call
+        return bwd_call(problem, inputs, config, alloc=alloc)
+
+    def compile_call(self, unit, device="cuda"):
+        from spak.device.bwd_gpu import bwd_compile_call
+        return bwd_compile_call(self, unit, device)
+
+    def peer_calls(self, problem, inputs, names=None) -> dict:
+        from spak.device.bwd_peers import bwd_peers
+        names = (*self.run_peers, *self.fwd_bwd_peers) if names is None else names
+        return bwd_peers(self, problem, inputs, names)
+
+    def peer_reference(self, problem, inputs) -> dict:
+        from spak.device.bwd_peers import bwd_peer_reference
+        return bwd_peer_reference(problem, inputs)
+
+    def gpu_check(self, problem, inputs, outputs, reference, peer_reference=None) -> dict:
+        """The base checks (the worst of dq, dk, dv at the top level, each one's under
+        "outputs"), `error`'s measure where a true gradient is exactly zero, and dQ rows
+        that see no key must be zero (dead_rows, masked_rows_zero)."""
+        from spak.device.attention import dead_row_check
+        from spak.device.bwd_gpu import zero_gradient_errors
+        row = super().gpu_check(problem, inputs, outputs, reference, peer_reference)
+        per = row["outputs"]
+        if zero_gradient_errors(self, problem, inputs, outputs, reference, per):
+            worst = max(per, key=lambda n: (not per[n]["passed"],
+                                            per[n]["rel_l2"] / per[n]["gate"]))
+            row = {**per[worst], "passed": all(p["passed"] for p in per.values()),
+                   "outputs": per}
+        extra = dead_row_check(problem, inputs, outputs["dq"])
+        row.update(extra)
+        row["passed"] = row["passed"] and extra.get("masked_rows_zero", True)
+        return row
+
+    def sim_slice(self, kernel, problem, inputs, outputs, config, *, heads=1, work=1 << 29):
+        """spak.device.bwd_gpu.bwd_sim_slices: the backward alone from the GPU's out and
+        lse, on the whole head group or on two exact cuts (dK/dV: last keys, all rows; dQ:
+        last rows, all keys)."""
+        from spak.device.bwd_gpu import bwd_sim_slices
+        from spak.gpu.variants import split_config
+        tiles, _ = split_config(config)
+        return bwd_sim_slices(problem, inputs, outputs, tiles, BwdInputs, heads=heads,
+                              work=work)
 
     # cost
     def flops(self, problem) -> float:
@@ -157,6 +240,35 @@ class FmhaBackward(KernelFamily):
         from spak.core.buckets import seq_bucket
         return {"dtype": problem.dtype, "head_dim": problem.D, "causal": problem.causal,
                 "seq_bucket": seq_bucket(problem.Sk)}
+
+    # the GPU sweep (plans/fmha_bwd.toml's [sweep.<arch>]; the worker: spak.tune.worker)
+    sweep_plan = "plans/fmha_bwd.toml"
+    #: where the plan has no [sweep.<arch>]: small enough for one 10-minute run
+    sweep_fallback = {
+        "sm_90": {"DKV_TILE_M": [32, 64], "DKV_TILE_N": [64, 128], "DQ_TILE_M": [64],
+                  "DQ_TILE_N": [64, 128], "occupancy": [1, 2], "num_ctas": [1]},
+        "sm_120": {"DKV_TILE_M": [32, 64], "DKV_TILE_N": [32, 64], "DQ_TILE_M": [32, 64],
+                   "DQ_TILE_N": [32, 64], "occupancy": [1, 2], "num_ctas": [1]},
+        "sm_89": {"DKV_TILE_M": [32, 64], "DKV_TILE_N": [32, 64], "DQ_TILE_M": [32, 64],
+                  "DQ_TILE_N": [32, 64], "occupancy": [1, 2], "num_ctas": [1]},
+    }
+    sweep_peers = ("sdpa-cudnn", "sdpa-flash")
+
+    # the forward's: masked problems are not swept; rows carry B, Hq, Hkv, Sq, Sk, D
+    sweep_skip = FmhaForward.sweep_skip
+    row_fields = FmhaForward.row_fields
+
+    def compile_unit(self, kernel, problem, config, config_id):
+        from spak.device.bwd_gpu import bwd_compile_unit
+        return bwd_compile_unit(kernel, problem, config, config_id)
+
+    # plans and reports
+    peers_name = "PyTorch SDPA (autograd)"
+
+    peer_label = FmhaForward.peer_label
+
+    def report_place(self, problem):
+        return attention_report_place(problem, "Backward")
 
     # the CPU loop
     def sim_case(self, kernel, problem, *, tiles=None, model="sm_90", seed=0) -> dict:
