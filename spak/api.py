@@ -78,6 +78,25 @@ def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     mask, flags, scale, kernel, tiles, then devices (so shape errors are reported for CPU
     or meta tensors too). Returns the sizes and the normalised scale (a float, or None).
     """
+    B, Hq, Hkv, Sq, Sk, D, Dv = _check_qkv(q, k, v)
+    _check_heads(Hq, Hkv, enable_gqa)
+    mask = None if attn_mask is None else _check_mask(attn_mask, (B, Hq, Sq, Sk))
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    scale = _check_scale(scale)
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if tiles is not None:
+        tiles = _check_tiles(tiles)
+    _check_devices(q, k, v, mask, require_cuda)
+    c = _Checked()
+    c.B, c.Hq, c.Hkv, c.Sq, c.Sk, c.D, c.Dv = B, Hq, Hkv, Sq, Sk, D, Dv
+    c.scale, c.mask, c.causal, c.kernel, c.tiles = scale, mask, is_causal, kernel, tiles
+    return c
+
+
+def _check_qkv(q, k, v) -> tuple:
+    """Types, ndim, dtypes and matching sizes of q, k, v: (B, Hq, Hkv, Sq, Sk, D, Dv)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -104,6 +123,11 @@ def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     for name, d in (("q/k head_dim", D), ("v head_dim", Dv)):
         if not 1 <= d <= MAX_HEAD_DIM:
             raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    return B, Hq, Hkv, Sq, Sk, D, Dv
+
+
+def _check_heads(Hq: int, Hkv: int, enable_gqa) -> None:
+    """Head counts and grouped-query attention (SDPA's enable_gqa convention)."""
     if Hkv == 0 and Hq != 0:
         raise ValueError(f"k/v heads must be >= 1 when q has {Hq} heads, got 0")
     if not isinstance(enable_gqa, bool):
@@ -116,43 +140,45 @@ def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
             raise ValueError(f"q has {Hq} heads but k/v have {Hkv}: pass enable_gqa=True "
                              f"for grouped-query attention (as in SDPA)")
 
-    mask = None
-    if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
-                            f"{type(attn_mask).__name__}")
-        if attn_mask.dtype != torch.bool and attn_mask.dtype not in _MASK_FLOAT:
-            raise TypeError(f"attn_mask dtype must be torch.bool (True = attend) or a float "
-                            f"dtype (additive: float16, bfloat16, float32, float64), "
-                            f"got {attn_mask.dtype}")
-        if attn_mask.dim() > 4:
-            raise ValueError(f"attn_mask must have at most 4 dims, got shape "
-                             f"{tuple(attn_mask.shape)}")
-        try:
-            torch.broadcast_shapes(tuple(attn_mask.shape), (B, Hq, Sq, Sk))
-        except RuntimeError:
-            raise ValueError(f"attn_mask shape {tuple(attn_mask.shape)} does not broadcast "
-                             f"to [B, Hq, Sq, Sk] = {[B, Hq, Sq, Sk]}") from None
-        mask = attn_mask
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
 
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            raise TypeError(f"scale must be a real number (float or int) or None, got "
-                            f"{type(scale).__name__} {scale!r}")
-        scale = float(scale)
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
-        if abs(scale) > MAX_SCALE:
-            raise ValueError(f"scale must be within +-{MAX_SCALE:.3g} (the kernels hold "
-                             f"scale*log2(e) in float32), got {scale}")
+def _check_mask(attn_mask, full_shape: tuple):
+    """A bool (True = attend) or float (additive) mask broadcasting to [B, Hq, Sq, Sk]."""
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
+                        f"{type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool and attn_mask.dtype not in _MASK_FLOAT:
+        raise TypeError(f"attn_mask dtype must be torch.bool (True = attend) or a float "
+                        f"dtype (additive: float16, bfloat16, float32, float64), "
+                        f"got {attn_mask.dtype}")
+    if attn_mask.dim() > 4:
+        raise ValueError(f"attn_mask must have at most 4 dims, got shape "
+                         f"{tuple(attn_mask.shape)}")
+    try:
+        torch.broadcast_shapes(tuple(attn_mask.shape), full_shape)
+    except RuntimeError:
+        raise ValueError(f"attn_mask shape {tuple(attn_mask.shape)} does not broadcast "
+                         f"to [B, Hq, Sq, Sk] = {list(full_shape)}") from None
+    return attn_mask
 
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    if tiles is not None:
-        tiles = _check_tiles(tiles)
 
+def _check_scale(scale):
+    """None, or a finite real within what the kernels hold in float32: as a float."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number (float or int) or None, got "
+                        f"{type(scale).__name__} {scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
+    if abs(scale) > MAX_SCALE:
+        raise ValueError(f"scale must be within +-{MAX_SCALE:.3g} (the kernels hold "
+                         f"scale*log2(e) in float32), got {scale}")
+    return scale
+
+
+def _check_devices(q, k, v, mask, require_cuda: bool) -> None:
+    """One device for every tensor, and a CUDA one unless the caller allows otherwise."""
     devices = {_dev(q), _dev(k), _dev(v)} | ({_dev(mask)} if mask is not None else set())
     if len(devices) > 1:
         raise ValueError(f"q, k, v and attn_mask must be on one device, got q {_dev(q)}, "
@@ -162,11 +188,6 @@ def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
         raise ValueError(f"q, k, v must be CUDA tensors (spak.fmha runs cuTile kernels on an "
                          f"NVIDIA GPU), got device {q.device}; for CPU use the simulator "
                          f"(`spak sim`) or torch SDPA")
-
-    c = _Checked()
-    c.B, c.Hq, c.Hkv, c.Sq, c.Sk, c.D, c.Dv = B, Hq, Hkv, Sq, Sk, D, Dv
-    c.scale, c.mask, c.causal, c.kernel, c.tiles = scale, mask, is_causal, kernel, tiles
-    return c
 
 
 def _check_tiles(tiles) -> dict:
