@@ -80,25 +80,22 @@ def _case(B, hkv, sq, sk, page=0, dtype="fp16", extra=None):
 def focus_grid() -> list[dict]:
     """The shapes the first run left short (B = 1 MQA/GQA, MQA at B = 8, 16-key pages,
     with contiguous beside them for the paged ratio), a few that were fine (regression),
-    and knobs: page modes and key tiles on 16-key pages, split counts at B = 1."""
+    and knobs: the three page modes on 16-key pages, split counts at B = 1."""
     pages = {"boxes": {"tiles": {"PAGE_MODE": 0}}, "gather": {"tiles": {"PAGE_MODE": 1}},
-             "tn16": {"tiles": {"TILE_N": 16}}, "tn32": {"tiles": {"TILE_N": 32}}}
+             "steps": {"tiles": {"PAGE_MODE": 2}}}
     splits = {f"splits{n}": {"num_splits": n} for n in (32, 128)}
-    cases = []
-    for sk in (8192, 32768, 131072):                        # B = 1, MQA
-        cases += [_case(1, 1, 1, sk, page) for page in (0, 16, 256)]
-        cases.append(_case(1, 1, 4, sk))
-    cases += [_case(1, 1, 4, 32768, 16), _case(1, 8, 1, 8192), _case(1, 8, 4, 8192),
-              _case(1, 8, 4, 32768), _case(1, 8, 1, 32768, 256)]
-    cases += [_case(1, 8, 1, 32768, 16, extra=pages), _case(1, 8, 1, 32768)]
-    cases += [_case(8, 1, 1, 8192), _case(8, 1, 1, 32768), _case(8, 1, 1, 32768, 16),
-              _case(8, 1, 4, 32768), _case(8, 1, 4, 32768, 16, extra=pages)]
+    cases = [_case(1, 1, 1, 8192), _case(1, 1, 1, 32768, extra=splits),
+             _case(1, 1, 1, 131072), _case(1, 1, 1, 32768, 16), _case(1, 1, 1, 32768, 256),
+             _case(1, 1, 4, 32768), _case(1, 1, 4, 131072),
+             _case(1, 8, 1, 8192), _case(1, 8, 1, 32768), _case(1, 8, 4, 32768),
+             _case(8, 1, 1, 8192), _case(8, 1, 1, 32768), _case(8, 1, 4, 32768)]
+    # 16-key pages in every mode, their contiguous twins
     cases += [_case(8, 32, 1, 32768), _case(8, 32, 1, 32768, 16, extra=pages),
               _case(8, 8, 1, 32768), _case(8, 8, 1, 32768, 16, extra=pages),
-              _case(64, 8, 4, 8192), _case(64, 8, 4, 8192, 16),
-              _case(64, 32, 4, 1024), _case(1, 32, 1, 32768), _case(64, 8, 1, 8192)]
-    cases += [_case(1, 1, 1, 32768, extra=splits), _case(1, 8, 1, 32768, extra=splits)]
-    cases += [_case(8, 1, 1, 32768, 16, dtype="bf16"), _case(8, 8, 4, 32768, dtype="bf16")]
+              _case(1, 8, 1, 32768, 16, extra=pages), _case(8, 1, 4, 32768, 16, extra=pages),
+              _case(64, 8, 4, 8192), _case(64, 8, 4, 8192, 16, extra=pages)]
+    # fine in the first run
+    cases += [_case(64, 32, 4, 1024), _case(1, 32, 1, 32768), _case(64, 8, 1, 8192)]
     return cases
 
 

@@ -72,10 +72,10 @@ DEFAULT_SMS = 132            # H100 SXM; the API passes the device's own count
 def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     """{"TILE_N", "MAX_ROWS", "PAGE_MODE"} for a head dim: 128 keys per step up to
     D = 128 (a K and a V tile of 32 KB in flight per step: decode is bound by the memory
-    system), 64 beyond; small pages fed to the tensor cores page by page (PAGE_MODE 2).
+    system), 64 beyond; small pages as one box each, concatenated (PAGE_MODE 0).
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
-    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 2}
+    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 0}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
