@@ -80,9 +80,8 @@ def _case(B, hkv, sq, sk, page=0, dtype="fp16", extra=None):
 def focus_grid() -> list[dict]:
     """The shapes the first run left short (B = 1 MQA/GQA, MQA at B = 8, 16-key pages,
     with contiguous beside them for the paged ratio), a few that were fine (regression),
-    and knobs: the three page modes on 16-key pages, split counts at B = 1."""
-    pages = {"boxes": {"tiles": {"PAGE_MODE": 0}}, "gather": {"tiles": {"PAGE_MODE": 1}},
-             "steps": {"tiles": {"PAGE_MODE": 2}}}
+    and knobs: the page modes on 16-key pages, split counts at B = 1."""
+    pages = {"boxes": {"tiles": {"PAGE_MODE": 0}}, "gather": {"tiles": {"PAGE_MODE": 1}}}
     splits = {f"splits{n}": {"num_splits": n} for n in (32, 128)}
     cases = [_case(1, 1, 1, 8192), _case(1, 1, 1, 32768, extra=splits),
              _case(1, 1, 1, 131072), _case(1, 1, 1, 32768, 16), _case(1, 1, 1, 32768, 256),

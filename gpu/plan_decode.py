@@ -19,8 +19,8 @@ Layouts (FlashAttention's flash_attn_with_kvcache, vLLM):
   block_table   int32 [B, max_pages]         page ids per sequence (paged cache only)
   out           [B, Sq, Hq, Dv]
 
-The split count comes from the shape and the SM count (``choose_num_splits``, a cost
-model of the split kernel's stream and the combine), or the caller's ``num_splits``; the
+The split count comes from the shape and the SM count (``choose_num_splits``: blocks
+enough for a few waves, the combine's traffic bounded), or the caller's ``num_splits``; the
 row tiling (GQA packing) from ``row_tiles``.
 
 ``plan_varlen`` plans the same key loop over a packed variable-length batch (prefill,
@@ -36,7 +36,7 @@ from .plan import (INPUT_DTYPES, MAX_HEAD_DIM, Launch, _check_bool, _check_conti
                    _check_int, _check_scale, _dtype_name, _launch, _shape, _tile_width)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "auto_splits", "estimate_seconds",
+           "row_tiles", "choose_num_splits", "auto_splits",
            "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "MAX_SPLITS", "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
@@ -46,23 +46,25 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step.
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N")
 #: PAGE_MODE values: one box per page concatenated into the tile; one gathered load per
-#: tile (ct.load_advanced_indexing over the page ids); one box per page, each fed to the
-#: tensor cores as it is (the softmax spans the tile).
-PAGE_MODES = {0: "boxes", 1: "gather", 2: "steps"}
+#: tile (ct.load_advanced_indexing over the page ids). H100, 16-key pages, 128-key tiles
+#: (results/decode-h100-2026-11-24, run 5): gather 0.93-1.13 of contiguous, boxes
+#: 0.29-0.76; both 100% bit-identical to the simulator (run 4). A third mode measured
+#: there (each page's box fed to the tensor cores as loaded) spilled registers (0.1-0.5x
+#: boxes) and agreed with the simulator on 94-99% of outputs only: removed.
+PAGE_MODES = {0: "boxes", 1: "gather"}
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
-#: The split count's cost model (choose_num_splits), H100 figures: the memory system's
-#: rate, what one block streams when few run (~35 GB/s measured: 64 blocks of
-#: 1x32:8x1:32768 at 2257 GB/s; taken lower, since too few splits cost more than too
-#: many), blocks resident per SM, a block's fixed cost (prologue, pipeline fill) and the
-#: combine launch's.
-HBM_BYTES_PER_S = 3.0e12
-BLOCK_BYTES_PER_S = 25e9
-BLOCKS_PER_SM = 2
-BLOCK_SECONDS = 1.5e-6
-COMBINE_SECONDS = 2e-6
-SPLIT_SLACK_S = 0.5e-6
+#: Split heuristic (choose_num_splits), from the H100 runs of 2026-11-24 (results/
+#: decode-h100-2026-11-24): the split kernel holds one block per SM (255 registers x 256
+#: threads), and a stream of many short blocks beats one of few long ones (GQA 4:1, B = 8,
+#: 32k keys, 64 blocks unsplit: 4 splits 2480 GB/s, 8 splits 2907, 32 splits 2766; MQA
+#: B = 1, 32k keys: 32 splits 720, 128 splits 991, 173 splits 1039): aim for WAVES blocks
+#: per SM. The combine reads back every split's partial state (acc, m, l per row) once the
+#: split kernel has written it: that traffic may reach at most COMBINE_SHARE of the K/V
+#: bytes (MQA at B = 1 and 32k keys ran fastest with it at a third).
+WAVES = 4
+COMBINE_SHARE = 0.5
 #: The combine holds every split of a row chunk in registers: at most this many floats.
 COMBINE_FLOATS = 8192
 LAUNCH_NAMES = ("decode", "decode.split", "decode.combine", "varlen")
@@ -72,10 +74,10 @@ DEFAULT_SMS = 132            # H100 SXM; the API passes the device's own count
 def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     """{"TILE_N", "MAX_ROWS", "PAGE_MODE"} for a head dim: 128 keys per step up to
     D = 128 (a K and a V tile of 32 KB in flight per step: decode is bound by the memory
-    system), 64 beyond; small pages as one box each, concatenated (PAGE_MODE 0).
+    system), 64 beyond; pages smaller than a tile in one gathered load (PAGE_MODE 1).
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
-    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 0}
+    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -98,41 +100,19 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
     return gt, sq_t
 
 
-def estimate_seconds(splits: int, *, blocks: int, key_tiles: int, tile_bytes: int,
-                     kv_bytes: int, partial_bytes: int, num_sms: int) -> float:
-    """The cost model's time of one decode call with `splits` key splits.
-
-    blocks: split-kernel blocks per split (batch x head tiles x query tiles); key_tiles:
-    key tiles per sequence; tile_bytes: K+V bytes of one tile; kv_bytes: K+V bytes read
-    from memory (each kv head once: the head tiles of a group share it in L2);
-    partial_bytes: one split's partial state (acc, m, l of every row), written by the
-    split kernel and read by the combine. The stream takes the longer of the memory
-    system's time and its slowest block's (per wave), plus a fixed cost per wave."""
-    waves = -(-blocks * splits // (num_sms * BLOCKS_PER_SM))
-    per_block = -(-key_tiles // splits) * tile_bytes
-    t = max(kv_bytes / HBM_BYTES_PER_S, waves * per_block / BLOCK_BYTES_PER_S)
-    t += waves * BLOCK_SECONDS
-    if splits > 1:
-        t += COMBINE_SECONDS + 2 * splits * partial_bytes / HBM_BYTES_PER_S
-    return t
-
-
-def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, tile_bytes: int,
-                      kv_bytes: int, partial_bytes: int) -> int:
-    """The most splits in [1, min(key_tiles, MAX_SPLITS)] whose estimate_seconds is within
-    SPLIT_SLACK_S of the least. The model is flat where the memory system, not a block,
-    bounds the time; the most blocks there hedge against blocks slower than modelled
-    (too few splits cost a multiple, too many a combine of a few microseconds). From the
-    capacity, not the lengths: those live on the device (reading them would cost a sync
-    and break CUDA graph capture)."""
+def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
+                      partial_bytes: int) -> int:
+    """Key splits for `blocks` (batch x head tiles x query tiles) blocks over `key_tiles`
+    tiles of cache capacity: enough blocks for WAVES per SM, at least one key tile each,
+    at most MAX_SPLITS, and the combine's traffic (2 x splits x partial_bytes: written,
+    then read) at most COMBINE_SHARE of the K/V bytes. From the capacity, not the
+    lengths: those live on the device (reading them would cost a sync and break CUDA
+    graph capture)."""
     if blocks <= 0 or key_tiles <= 0:
         return 1
-    costs = {s: estimate_seconds(s, blocks=blocks, key_tiles=key_tiles, tile_bytes=tile_bytes,
-                                 kv_bytes=kv_bytes, partial_bytes=partial_bytes,
-                                 num_sms=num_sms)
-             for s in range(1, min(key_tiles, MAX_SPLITS) + 1)}
-    best = min(costs.values())
-    return max(s for s, t in costs.items() if t <= best + SPLIT_SLACK_S)
+    want = (WAVES * num_sms + blocks // 2) // blocks           # rounded to the nearest
+    combine_cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial_bytes, 1))
+    return max(1, min(want, key_tiles, MAX_SPLITS, combine_cap))
 
 
 def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
@@ -144,7 +124,7 @@ def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     blocks = B * (Hq // gt) * -(-Sq // sq_t)
     return choose_num_splits(
-        blocks, -(-capacity // tile_n), num_sms, tile_bytes=tile_n * (head_dim + dv) * esize,
+        blocks, -(-capacity // tile_n), num_sms,
         kv_bytes=B * Hkv * capacity * (head_dim + dv) * esize,
         partial_bytes=B * Sq * Hq * (_tile_width(dv) + 2) * 4)
 

@@ -47,7 +47,7 @@ MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
 MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
-PAGE_MODES = (0, 1, 2)               # = gpu.plan_decode.PAGE_MODES
+PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
 
 
 # --------------------------------------------------------------------------- validation
@@ -142,7 +142,7 @@ def _check_options(is_causal, num_splits, tiles):
         if key == "PAGE_MODE":
             if val not in PAGE_MODES:
                 raise ValueError(f"tiles['PAGE_MODE'] must be one of {PAGE_MODES} (boxes, "
-                                 f"gather, steps), got {val}")
+                                 f"gather), got {val}")
         elif not 16 <= val <= 256 or val & (val - 1):
             raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
     return {k: int(v) for k, v in tiles.items()}

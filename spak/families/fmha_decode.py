@@ -10,10 +10,14 @@ the cache capacity, plus qualifiers for the cache:
     SEQ    Sk (one query per sequence) or Sq:Sk
     QUAL   fp16 | bf16 | causal | noncausal | pageN (paged cache, N keys per page) |
            lens=L1:L2:... (keys per sequence, B of them, each <= Sk; default all Sk) |
-           splits=N (key splits; default: chosen from the shape and the SM count)
+           splits=N (key splits; default: chosen from the shape and the SM count) |
+           qlens=Q1:Q2:... (a packed variable-length batch, prefill: sequence b has Qb
+           queries, each <= Sq, against its lens[b] keys; the varlen kernel,
+           spak.fmha_varlen; no cache, page or split qualifier)
 
     1x32:8x1:4096x128             B=1, GQA 4:1, one query against 4096 cached keys
     2x8:1x4:77x64/causal/page16/lens=77:5    MQA, 4 queries, paged, ragged lengths
+    3x8:2x40:60x64/causal/qlens=5:0:40/lens=7:3:60    varlen prefill, packed
 
 Memory-bound: the metric is GB/s of bytes_moved (K and V read for every sequence's
 length, plus Q and O).
@@ -49,7 +53,10 @@ shape grammar (fmha_decode):  B x HEADS x SEQ x D [/QUAL ...]
          pageN           paged cache of N-key pages (N a power of two >= 16), shuffled table
          lens=L1:L2:...  keys per sequence (B values in [0, Sk]; default every one Sk)
          splits=N        key splits (default: from the shape and the SM count)
+         qlens=Q1:Q2:... a packed varlen batch (prefill): Qb queries of sequence b
+                         (B values in [0, Sq]) against lens keys; the varlen kernel
   e.g.   1x32:8x4096x128   2x8:1x4:77x64/causal/page16/lens=77:5
+         3x8:2x40:60x64/causal/qlens=5:0:40/lens=7:3:60
 named sets: {sets}"""
 
 
@@ -67,6 +74,7 @@ class DecodeProblem:
     page: int = 0                              # 0: contiguous [B, Sk, Hkv, D]
     lens: Optional[tuple[int, ...]] = None     # None: every sequence holds Sk keys
     splits: Optional[int] = None               # None: gpu.plan_decode.choose_num_splits
+    qlens: Optional[tuple[int, ...]] = None    # a packed varlen batch: queries per sequence
 
     def __post_init__(self):
         for f in ("B", "Hq", "Hkv", "Sq", "Sk", "D"):
@@ -89,6 +97,17 @@ class DecodeProblem:
                              f"got {self.lens}")
         if self.splits is not None and not 1 <= self.splits <= 256:
             raise ValueError(f"splits must be in [1, 256], got {self.splits}")
+        if self.qlens is not None:
+            if len(self.qlens) != self.B or not all(0 <= n <= self.Sq for n in self.qlens):
+                raise ValueError(f"qlens must hold B={self.B} values in [0, Sq={self.Sq}], "
+                                 f"got {self.qlens}")
+            if self.page or self.splits is not None:
+                raise ValueError("qlens (a packed varlen batch) takes no page or splits "
+                                 "qualifier")
+
+    @property
+    def varlen(self) -> bool:
+        return self.qlens is not None
 
     @property
     def seq_lens(self) -> tuple[int, ...]:
@@ -102,6 +121,8 @@ class DecodeProblem:
 
     def _cache_quals(self) -> list[str]:
         q = [f"page{self.page}"] if self.page else []
+        if self.qlens is not None:
+            q.append("qlens=" + ":".join(map(str, self.qlens)))
         if self.lens is not None:
             q.append("lens=" + ":".join(map(str, self.lens)))
         if self.splits is not None:
@@ -156,9 +177,11 @@ def _qualifier(text, q, fields, fixed):
         fields["lens"] = tuple(int(n) for n in q[5:].split(":"))
     elif re.fullmatch(r"splits=\d+", q):
         fields["splits"] = int(q[7:])
+    elif re.fullmatch(r"qlens=\d+(:\d+)*", q):
+        fields["qlens"] = tuple(int(n) for n in q[6:].split(":"))
     else:
         raise ShapeError(f"{text!r}: unknown qualifier {q!r}; expected fp16, bf16, causal, "
-                         f"noncausal, pageN, lens=L1:L2:..., splits=N")
+                         f"noncausal, pageN, lens=L1:L2:..., splits=N, qlens=Q1:Q2:...")
 
 
 def parse_problem(text: str) -> DecodeProblem:
@@ -191,6 +214,8 @@ SHAPE_SETS: dict[str, list[str]] = {
         "3x4x50x128/page64/lens=1:50:0/splits=2",            # MHA, lengths 1 and 0, mid-page
         "1x16:2x3:130x64/causal/splits=3",                   # GQA 8:1, Sq=3
         "2x12:2x90x64/page16/lens=90:33",                    # group of 6 (3 tiles of 2)
+        # varlen prefill: runs of 0 and 1, more queries than keys, a run without keys
+        "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
     ],
     "gates": [
         "2x32:8x1000x128/lens=1000:517",
@@ -202,6 +227,12 @@ SHAPE_SETS: dict[str, list[str]] = {
         "1x28:4x333x80/lens=333",                             # group 7, D=80
     ],
     "bench": _bench(),
+    "varlen": [
+        "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
+        "4x8:2x40:60x64/qlens=5:0:1:40/lens=7:3:0:60",
+        "2x16:16x130:130x128/causal/qlens=130:17/lens=130:17",
+        "3x4:1x20:9x80/causal/qlens=20:3:9/lens=9:3:9",        # Sq > Sk: dead rows
+    ],
 }
 
 
@@ -236,6 +267,11 @@ def make_inputs(p: DecodeProblem, seed: int = 0) -> dict:
         return x.astype(np.float16) if p.dtype == "fp16" else round_to_bf16(x)
 
     lens = np.array(p.seq_lens, dtype=np.int32)
+    if p.varlen:                   # packed [total, heads, D] and the runs' offsets
+        cq = np.concatenate([[0], np.cumsum(p.qlens)]).astype(np.int32)
+        ck = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        return {"q": draw((cq[-1], p.Hq, p.D)), "k": draw((ck[-1], p.Hkv, p.D)),
+                "v": draw((ck[-1], p.Hkv, p.D)), "cu_seqlens_q": cq, "cu_seqlens_k": ck}
     q = draw((p.B, p.Sq, p.Hq, p.D))
     if not p.page:
         k, v = draw((p.B, p.Sk, p.Hkv, p.D)), draw((p.B, p.Sk, p.Hkv, p.D))
@@ -256,6 +292,11 @@ def make_inputs(p: DecodeProblem, seed: int = 0) -> dict:
 
 
 def decode_attention_f64(inputs: dict, causal: bool, scale=None) -> np.ndarray:
+    if "cu_seqlens_q" in inputs:
+        from spak.attention.kvcache_ref import varlen_attention_f64
+        return varlen_attention_f64(inputs["q"], inputs["k"], inputs["v"],
+                                    inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
+                                    causal=causal, scale=scale)
     from spak.attention.kvcache_ref import decode_attention_f64 as ref
     return ref(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["cache_seqlens"],
                inputs["block_table"], causal=causal, scale=scale)
@@ -306,6 +347,13 @@ class FmhaDecode(KernelFamily):
                            num_sms=num_sms or DEFAULT_SMS)
 
     def simulate(self, kernel, problem, inputs, *, tiles=None, model="sm_90"):
+        if problem.varlen:
+            from spak.cpu.simrun_decode import simulate_varlen
+            t = None if tiles is None else (
+                tiles if isinstance(tiles, dict) else {"TILE_M": tiles[0], "TILE_N": tiles[1]})
+            out, reports = simulate_varlen(inputs, dtype=problem.dtype, causal=problem.causal,
+                                           tiles=t, model=model)
+            return {"out": out}, reports
         from spak.cpu.simrun_decode import simulate_decode
         out, reports = simulate_decode(inputs, dtype=problem.dtype, causal=problem.causal,
                                        num_splits=problem.splits, tiles=_tiles(tiles),
@@ -314,13 +362,16 @@ class FmhaDecode(KernelFamily):
 
     def flops(self, problem) -> float:
         p = problem
+        if p.varlen:
+            return 4.0 * p.Hq * p.D * sum(a * b for a, b in zip(p.qlens, p.seq_lens))
         return 2.0 * p.Hq * p.Sq * 2 * p.D * sum(p.seq_lens)
 
     def bytes_moved(self, problem) -> float:
         p = problem
         esize = 2
         kv = sum(p.seq_lens) * p.Hkv * 2 * p.D * esize
-        return float(kv + 2 * p.B * p.Sq * p.Hq * p.D * esize)
+        rows = sum(p.qlens) if p.varlen else p.B * p.Sq
+        return float(kv + 2 * rows * p.Hq * p.D * esize)
 
     def default_config(self, problem, arch: str = "sm_90") -> dict:
         from spak.gpu.plan_decode import default_decode_tiles
@@ -333,6 +384,10 @@ class FmhaDecode(KernelFamily):
 
     # the GPU loop (spak/device/decode_gpu.py)
     def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
+        if problem.varlen:
+            raise ValueError(f"{problem.display}: varlen problems (qlens=) run on the "
+                             f"simulator only here; ci/decode_bench.py --varlen checks and "
+                             f"times spak.fmha_varlen on a GPU")
         from spak.device.decode_gpu import decode_gpu_inputs
         return decode_gpu_inputs(problem, seed, set_index, device)
 
@@ -364,11 +419,23 @@ class FmhaDecode(KernelFamily):
                                 splits=split_count(problem, inputs, config), work=work)
 
     def compile_variant(self, item) -> dict:
+        """Every kernel of the family for (arch, dtype, head_dim, causal): split and combine
+        on a contiguous cache (GQA 4:1, decode) and on a 16-key paged one (MQA, 4 queries:
+        several pages a tile), and the varlen kernel. One result, its kernels listed."""
         from spak.gpu.compile_decode import compile_decode_variant
-        return compile_decode_variant(arch=item["arch"], dtype=item["dtype"],
-                                      head_dim=item["head_dim"], causal=item["causal"],
-                                      tiles=_tiles(item.get("tiles")),
-                                      hints=item.get("hints"))
+        common = dict(arch=item["arch"], dtype=item["dtype"], head_dim=item["head_dim"],
+                      causal=item["causal"], tiles=_tiles(item.get("tiles")),
+                      hints=item.get("hints"))
+        parts = [compile_decode_variant(**common),
+                 compile_decode_variant(**common, page=16, seq_q=4, heads=(8, 1)),
+                 compile_decode_variant(**{**common, "tiles": None}, kernel="varlen")]
+        bad = [r["error"] for r in parts if not r["ok"]]
+        return {"ok": not bad, "error": bad[0] if bad else None,
+                "seconds": sum(r["seconds"] for r in parts),
+                "cubin_bytes": sum(r["cubin_bytes"] for r in parts),
+                "kernels": [dict(k, name=f"{k['name']}{sfx}") for r, sfx in
+                            zip(parts, ("", "/page16", "")) for k in r["kernels"]],
+                "tiles": parts[0]["tiles"] or {}}
 
 
 def _tiles(tiles):
