@@ -104,7 +104,8 @@ VARLEN_TIMED = [("equal8x2048", [2048] * 8),
 #: varlen checks: (query runs, key runs, Hq, Hkv, D, causal)
 VARLEN_CHECKS = [([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, True),
                  ([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, False),
-                 ([300, 77], [300, 77], 8, 1, 64, True), ([129, 1, 64], [129, 1, 64], 16, 16, 80, True)]
+                 ([300, 77], [300, 77], 8, 1, 64, True),
+                 ([129, 1, 64], [129, 1, 64], 16, 16, 80, True)]
 
 
 def check_problems(quick: bool):
@@ -567,7 +568,8 @@ def summary(rows, copy_gbs) -> str:
         for r in times:
             if r["page"] == 0:
                 sdpa[_shape_key(r)] = max((v for k, v in r["gbs"].items()
-                                           if k.startswith("sdpa") and v == v), default=float("nan"))
+                                           if k.startswith("sdpa") and v == v),
+                                          default=float("nan"))
                 contig[_shape_key(r)] = r["gbs"]["spak"]
         for r in times:
             g, sd = r["gbs"], sdpa.get(_shape_key(r), float("nan"))

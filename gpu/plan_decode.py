@@ -36,8 +36,8 @@ from .plan import (INPUT_DTYPES, MAX_HEAD_DIM, Launch, _check_bool, _check_conti
                    _check_int, _check_scale, _dtype_name, _launch, _shape, _tile_width)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "auto_splits",
-           "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "MAX_SPLITS", "LAUNCH_NAMES"]
+           "row_tiles", "choose_num_splits", "auto_splits", "combine_tiles", "TILE_KEYS",
+           "VARLEN_TILE_KEYS", "PAGE_MODES", "MAX_SPLITS", "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
 #: positions x packed heads) one block holds, and how a paged tile of several pages is
