@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from spak import families  # noqa: E402
 from spak.attention.reference import attention_f64, attention_grads_f64  # noqa: E402
-from spak.device import agreement, bwd_gpu, bwd_peers, case  # noqa: E402
+from spak.device import agreement, bwd_gpu, case  # noqa: E402
 from spak.device.calls import GpuCall  # noqa: E402
 
 BWD = families.get("fmha_bwd")
