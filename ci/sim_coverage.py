@@ -114,10 +114,12 @@ def render() -> str:
         "",
         "Status: **exact** (results exact: data movement, integers, IEEE-defined float "
         "results), **model** (float results from the sm_90 model measured bit-exact on an "
-        "H200, docs/numerics-sm90.md), **semantics** (the stub's semantics; float bits not "
-        "verified on hardware, or known to differ), **host** (not a device op), "
-        "**unsupported** (raises a clear error naming the op). Nothing here was re-run on a "
-        "GPU for issue 19: every claim without a probe named is unverified on hardware.",
+        "H200, docs/numerics-sm90.md, or on an H100 by `ci/sim_ops_gpu.py`, "
+        "results/sim-ops-h100-2026-11-24), **semantics** (the stub's semantics; float bits not "
+        "verified on hardware, or known to differ: \"measured on H100: X% identical\" gives "
+        "the fraction of output elements bit-identical to the GPU), **host** (not a device "
+        "op), **unsupported** (raises a clear error naming the op). Every claim without a "
+        "probe or measurement named is unverified on hardware.",
         "",
         f"{len(names)} public names: " + ", ".join(f"{counts[s]} {s}" for s in support.STATUSES)
         + f". Device ops: {len(ops)}, of which "

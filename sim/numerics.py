@@ -40,7 +40,7 @@ from numba import types as nbtypes
 from numba.extending import intrinsic, overload
 import cuda.tile as ct
 
-from . import dtypes
+from . import dtypes, libdevice
 
 #: sim.tile.Tile.layout of values held in tensor-core accumulator fragments (an mma result
 #: or elementwise work on one); a model may reduce those in a different order.
@@ -194,7 +194,7 @@ class NumericModel:
 
     # -- tensor cores ------------------------------------------------------------------
     def mma(self, a: np.ndarray, b: np.ndarray, acc: np.ndarray, acc_dtype,
-            y_share=None) -> np.ndarray:
+            y_share=None, in_dtype=None) -> np.ndarray:
         """(a @ b) + acc per lane: exact products, the K sum and acc added in float64,
         one rounding to acc_dtype. Arrays carry a leading lane axis (size L or 1)."""
         lanes = max(a.shape[0], b.shape[0], acc.shape[0])
@@ -944,7 +944,14 @@ class Sm90(Sm90v0):
     * With sim/data/sm90_mufu.npz present (ci/numerics_tables.py records it on a GPU: all
       2^23 fractions of MUFU.EX2 and mantissas of MUFU.RCP), exp2 and division read the
       measured values instead of the two formulas.
-    * fp16-accumulator mma, tf32/fp64 mma, multi-axis and non-fp32 sums: v0's formulas.
+    * tf32 mma -> fp32 (measured on an H100, 2026-11-24, ci/sim_ops_gpu.py): the same
+      truncating fused sum in steps of 8 products (the operands rounded to tf32, RNE).
+    * log, log2, exp, exp2 (no ftz), tanh, sin, cos: the compiler's libdevice sequences
+      (sim.libdevice, read from the SASS), 100% on an H100 (ci/sim_ops_gpu.py); NaN
+      results are the canonical 0x7FFFFFFF.
+    * fp16 x fp16 -> fp16 accumulator (cuTile's ct.matmul of fp16 tiles): the exact k16
+      step sum rounded to fp16 (RNE) per step (mma_f16_acc; 100% on an H100).
+    * fp64 mma, multi-axis and non-fp32 sums: v0's formulas.
     * What the compiler does to the arithmetic (read from the fused kernel's SASS): a
       float32 multiply feeding an add/sub is one FFMA (contract_fma), and a row sum of an
       mma accumulator tile runs in the fragment order (fragment_row_sum_f32)."""
@@ -956,6 +963,12 @@ class Sm90(Sm90v0):
     #: the tensor core's fused dot-add (MMA-Sim's L_max, F, e_zero): k-step length, fraction
     #: bits kept below the largest exponent, exponent of a zero term
     mma_kstep, mma_fbits, mma_ezero = 16, 25, -133
+    #: tf32 operands: (k-step, fraction bits, zero-term exponent), the same fused dot-add
+    #: in steps of 8 (100% on an H100: results/sim-ops-h100-2026-11-24); None: v0's rule
+    mma_tf32 = (8, 25, -133)
+    #: fp16 x fp16 -> fp16 accumulator: k-step after which the sum is rounded to fp16
+    #: (100% on an H100, ct.matmul of fp16 tiles); None: v0's one rounding
+    mma_f16acc_kstep = 16
     #: mma takes fp16 `a` as float16 storage (hopper_mma_f32's fp16 path; sim.ops.mma)
     mma_reads_fp16 = True
 
@@ -964,21 +977,56 @@ class Sm90(Sm90v0):
         self.exp2_table, self.rcp_table = load_mufu_tables(tables)
         self.exp2_packed = _pack2(self.exp2_table)
 
-    def mma(self, a, b, acc, acc_dtype, y_share=None):
+    def mma(self, a, b, acc, acc_dtype, y_share=None, in_dtype=None):
+        """in_dtype: the operands' cuTile dtype when known (sim.ops.mma passes it); else
+        fp16/bf16 are told from b's storage."""
+        if in_dtype == ct.tfloat32:
+            if self.mma_tf32 and acc_dtype == ct.float32 and a.ndim == 3 and b.ndim == 3:
+                return hopper_mma_f32(a, b, acc, ct.tfloat32, *self.mma_tf32)
+            return super().mma(a, b, acc, acc_dtype, y_share=y_share)
         in_dt = _mma_input_dtype(b)
         if acc_dtype == ct.float32 and in_dt is not None and a.ndim == 3 and b.ndim == 3:
             return hopper_mma_f32(a, b, acc, in_dt, self.mma_kstep, self.mma_fbits,
                                   self.mma_ezero)
+        if (acc_dtype == ct.float16 and in_dt == ct.float16 and self.mma_f16acc_kstep
+                and a.ndim == 3 and b.ndim == 3):
+            return mma_f16_acc(a, b, acc, self.mma_f16acc_kstep)
         return super().mma(a, b, acc, acc_dtype, y_share=y_share)
 
     def exp2(self, x, dtype, flush_to_zero):
         if dtype == ct.float32 and flush_to_zero:
-            x = np.ascontiguousarray(x, np.float32)
-            out = np.empty_like(x)
-            if x.size:
-                _exp2_sm90(x.reshape(-1), out.reshape(-1), self.exp2_table, self.exp2_packed)
-            return out
+            return canonical_nan(self.mufu_ex2(x))
+        if dtype == ct.float32:
+            return canonical_nan(libdevice.exp2f(x, self.mufu_ex2))
         return super().exp2(x, dtype, flush_to_zero)
+
+    def mufu_ex2(self, x):
+        """MUFU.EX2 (ex2.approx.ftz.f32) of a float32 array."""
+        x = np.ascontiguousarray(x, np.float32)
+        out = np.empty_like(x)
+        if x.size:
+            _exp2_sm90(x.reshape(-1), out.reshape(-1), self.exp2_table, self.exp2_packed)
+        return out
+
+    def mufu_rcp(self, y):
+        """MUFU.RCP (rcp.approx.ftz.f32) of a float32 array."""
+        y = np.ascontiguousarray(y, np.float32)
+        out = np.empty_like(y)
+        if y.size:
+            _div_sm90(np.ones(y.size, np.float32), y.reshape(-1), out.reshape(-1), self.rcp_table)
+        return out
+
+    def unary(self, fn, x, dtype):
+        """log, log2, exp, tanh, sin, cos of fp32/fp16: the compiler's libdevice sequences (sim.libdevice,
+        fp16 through float32); the rest correctly rounded. NaN results are the GPU's
+        canonical NaN (measured: 0x7FFFFFFF, fp16 0x7FFF)."""
+        seq = _LIBDEVICE.get(fn)
+        if seq is not None and dtype in (ct.float32, ct.float16):
+            r = seq(self, np.asarray(x, np.float32))
+            r = r if dtype == ct.float32 else self.round_to(r, dtype)
+        else:
+            r = super().unary(fn, x, dtype)
+        return canonical_nan(r)
 
     def truediv(self, x, y, dtype, rounding_mode, flush_to_zero):
         if rounding_mode is ct.RoundingMode.APPROX and dtype == ct.float32 and flush_to_zero:
@@ -1001,6 +1049,39 @@ class Sm90(Sm90v0):
 
 
 Sm90.description = Sm90.__doc__
+
+_LIBDEVICE = {"log": lambda m, x: libdevice.logf(x), "log2": lambda m, x: libdevice.log2f(x),
+              "exp": lambda m, x: libdevice.expf(x, m.mufu_ex2),
+              "tanh": lambda m, x: libdevice.tanhf(x, m.mufu_ex2, m.mufu_rcp),
+              "sin": lambda m, x: libdevice.sinf(x), "cos": lambda m, x: libdevice.cosf(x)}
+_CANONICAL_NAN = {np.dtype(np.float32): (np.uint32, 0x7FFFFFFF),
+                  np.dtype(np.float16): (np.uint16, 0x7FFF)}
+
+
+def canonical_nan(r: np.ndarray) -> np.ndarray:
+    """NaN results as the GPU writes them (measured on an H100 for every transcendental:
+    0x7FFFFFFF in fp32, 0x7FFF in fp16, whatever the input NaN's bits)."""
+    kind = _CANONICAL_NAN.get(np.asarray(r).dtype)
+    if kind is None:
+        return r
+    nan = np.isnan(r)
+    if nan.any():
+        r = np.array(r, copy=True)
+        r.reshape(-1).view(kind[0])[nan.reshape(-1)] = kind[1]
+    return r
+
+
+def mma_f16_acc(a, b, acc, kstep):
+    """fp16 x fp16 + fp16 accumulator, lane-leading: per k-step the exact sum of the
+    products and the accumulator, rounded to fp16 (RNE). Measured on an H100 (ct.matmul
+    of fp16 tiles, K = 64: 100% of 8192 outputs; rounding each step toward zero first:
+    99.99%). The float64 sum is exact unless a step's terms span more than ~30 binades."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    r = np.asarray(acc, np.float16)
+    for k0 in range(0, a.shape[-1], kstep):
+        r = (r.astype(np.float64) + a[..., k0:k0 + kstep] @ b[..., k0:k0 + kstep, :]).astype(np.float16)
+    return r
 
 
 def _mma_input_dtype(b):
@@ -1043,6 +1124,8 @@ class Sm120(Sm90):
 
     name = "sm_120"
     sum_chunk = "halving"
+    mma_tf32 = None          # not measured there: v0's rule
+    mma_f16acc_kstep = None
 
     def __init__(self, threads: int | None = None, tables=None):
         super().__init__(threads, arch_tables(self.name) if tables is None else tables)
@@ -1068,6 +1151,8 @@ class Sm89(Sm90):
 
     name = "sm_89"
     mma_kstep, mma_fbits, mma_ezero = 8, 24, -132
+    mma_tf32 = None          # not measured there: v0's rule
+    mma_f16acc_kstep = None
 
     def __init__(self, threads: int | None = None, tables=None):
         super().__init__(threads, arch_tables(self.name) if tables is None else tables)

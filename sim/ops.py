@@ -543,8 +543,8 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
     model = current().model
     # a model with an fp16 path reads float16 storage itself (no float64 copy per k-step)
     a = x.v if x.v.dtype == np.float16 and getattr(model, "mma_reads_fp16", False) else _f64(x)
-    return Tile(model.mma(a, y.v, acc.v, acc.dtype, y_share=y.share), acc.dtype,
-                layout=MMA_LAYOUT)
+    return Tile(model.mma(a, y.v, acc.v, acc.dtype, y_share=y.share, in_dtype=x.dtype),
+                acc.dtype, layout=MMA_LAYOUT)
 
 
 def _f64(t: Tile) -> np.ndarray:
@@ -555,8 +555,9 @@ def _f64(t: Tile) -> np.ndarray:
 
 
 def matmul(x, y, /):
-    """x @ y in the promoted dtype, accumulated by mma (fp32 for 16-bit and tf32 inputs,
-    int32 for 8-bit ints); 1-D operands are a row / column vector, then squeezed."""
+    """x @ y in the promoted dtype, accumulated by mma in cuTile's accumulator for it (fp16
+    for fp16 and fp8, fp32 for bf16 and tf32, int32 for 8-bit ints); 1-D operands are a
+    row / column vector, then squeezed."""
     x, y = as_tile(x), as_tile(y)
     if x.ndim == 1 or y.ndim == 1:
         r = matmul(x.reshape((1,) + x.shape) if x.ndim == 1 else x,
@@ -565,8 +566,9 @@ def matmul(x, y, /):
             + (() if y.ndim == 1 else r.shape[-1:])
         return r.reshape(shape)
     dt = dtypes.promote(x.dtype, y.dtype)
-    acc_dt = {ct.float16: ct.float32, ct.bfloat16: ct.float32, ct.tfloat32: ct.float32,
-              ct.int8: ct.int32, ct.uint8: ct.int32}.get(dt, dt)
+    # cuTile's rule (matmul_impl): the first accumulator its mma allows for the dtype, so
+    # fp16 (and fp8) accumulate in fp16 (measured on an H100: k16 steps rounded to fp16)
+    acc_dt = _MMA_OK.get(dt, (dt,))[0]
     out_shape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
     acc = full(out_shape, 0, acc_dt)
     r = mma(astype(x, dt), astype(y, dt), acc)

@@ -19,6 +19,8 @@ EXACT, MODEL, SEM, HOST, UNSUP = "exact", "model", "semantics", "host", "unsuppo
 STATUSES = (EXACT, MODEL, SEM, HOST, UNSUP)
 
 _PROBE = "H200 probe, docs/numerics-sm90.md"
+_H100 = "H100 (ci/sim_ops_gpu.py, results/sim-ops-h100-2026-11-24)"
+_NAN = "NaN results are the GPU's canonical 0x7FFFFFFF (fp16 0x7FFF)"
 _CR = ("correctly rounded from float64; the GPU's approximation (libdevice/MUFU sequence) "
        "is not modelled: not bit-exact, unverified on hardware")
 _CO = "cooperative mode (sim.coop); integers exact"
@@ -40,16 +42,19 @@ SUPPORT: dict[str, tuple[str, str]] = {
                     "reads NaN / int max (poison); memory_order ACQUIRE: cooperative mode"),
     "store": (EXACT, "implicit widening only; memory_order RELEASE: cooperative mode"),
     "gather": (EXACT, "broadcast index tiles, mask, padding_value, check_bounds (False + out "
-                      "of bounds raises)"),
-    "scatter": (EXACT, "as gather; two different values to one element in one call is reported"),
+                      "of bounds raises); 100% on the " + _H100),
+    "scatter": (EXACT, "as gather; two different values to one element in one call is "
+                       "reported; 100% on the " + _H100),
     "load_advanced_indexing": (EXACT, "one 1-D index tile + ct.Slice entries, padding_mode"),
     "store_advanced_indexing": (EXACT, "out-of-bounds elements dropped"),
     "atomic_cas": (EXACT, _CO + "; compares bit patterns (PTX atom.cas.b32/b64)"),
     "atomic_xchg": (EXACT, _CO),
     "atomic_add": (SEM, _CO + "; float32 add flushes subnormals (PTX atom.add.f32), "
-                          "f16/bf16/f64 round to nearest: per the PTX ISA, unverified on hardware"),
-    "atomic_max": (EXACT, _CO + " (integer dtypes only, as cuTile)"),
-    "atomic_min": (EXACT, _CO + " (integer dtypes only, as cuTile)"),
+                          "f16/bf16/f64 round to nearest: per the PTX ISA; int32 counts and "
+                          "order-free float32 sums 100% on the " + _H100 + "; rounding of "
+                          "order-dependent float sums unverified"),
+    "atomic_max": (EXACT, _CO + " (integer dtypes only, as cuTile); 100% on the " + _H100),
+    "atomic_min": (EXACT, _CO + " (integer dtypes only, as cuTile); 100% on the " + _H100),
     "atomic_and": (EXACT, _CO),
     "atomic_or": (EXACT, _CO),
     "atomic_xor": (EXACT, _CO),
@@ -61,12 +66,17 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "astile": (EXACT, ""),
     # --- matrix multiply -------------------------------------------------------------------------
     "mma": (MODEL, "fp16/bf16 -> fp32: Hopper k16 truncating fused sum, 100% on the " + _PROBE +
-                   "; fp16 -> fp16, tf32, fp32, fp64: exact products and one rounding "
-                   "(semantics only); fp8 -> fp16/fp32: exact products, one rounding (semantics only: "
-                   "Hopper's fp8 accumulation is known to keep fewer bits); int8/uint8 -> int32 exact"),
+                   " and on the " + _H100 + " (the sample-style matmul); tf32 -> fp32: the same "
+                   "fused sum in k8 steps, 100% on the H100; fp16 -> fp16: each k16 step's exact "
+                   "sum rounded to fp16, 100% on the H100 (via ct.matmul); fp32, fp64: exact "
+                   "products and one rounding (semantics only); fp8 -> fp16/fp32: exact products, "
+                   "one rounding (semantics only: Hopper's fp8 accumulation is known to keep "
+                   "fewer bits); int8/uint8 -> int32 exact"),
     "mma_scaled": (UNSUP, "block-scaled fp8/fp4 MMA is an sm_100+ instruction; the simulator "
                           "holds no fp8/fp4 tiles and models sm_90/sm_120"),
-    "matmul": (MODEL, "through ct.mma (same numerics); 1-D operands supported"),
+    "matmul": (MODEL, "through ct.mma with cuTile's accumulator for the dtype (fp16 and fp8 "
+                      "accumulate in fp16, as cuTile's matmul does: fp16 100% on the " + _H100 +
+                      "); 1-D operands supported"),
     # --- shape and dtype -------------------------------------------------------------------------
     "expand_dims": (EXACT, ""),
     "cat": (EXACT, ""),
@@ -85,17 +95,23 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "unpack_from_bytes": (EXACT, ""),
     # --- reductions and scans -------------------------------------------------------------------
     "sum": (MODEL, "fp32 along one power-of-two axis: sm_90 tree order (blocked layout) or "
-                   "mma-fragment order, 100% on the " + _PROBE + "; other float cases: "
-                   "float64 sum, one rounding (semantics only); rounding_mode/ftz unsupported"),
+                   "mma-fragment order, 100% on the " + _PROBE + " and, for rows of 32 and "
+                   "128, on the " + _H100 + "; NOT the GPU's order elsewhere, measured on H100: "
+                   "rows of 1024 and 4096 25% identical, axis 0 of 64x64 30%, 1-D of 256 31%, "
+                   "all axes of 16x16 19% (other lane layouts; few outputs); other float "
+                   "cases: float64 sum, one rounding (fp16 rows of 128, measured on H100: 33% "
+                   "identical); rounding_mode/ftz unsupported"),
     "max": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),
     "min": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),
     "prod": (SEM, "integers exact; floats: float64 product, one rounding (not the GPU's order)"),
     "argmax": (EXACT, "first index of the maximum; NaN ignored unless propagate_nan"),
     "argmin": (EXACT, "first index of the minimum; NaN ignored unless propagate_nan"),
     "reduce": (SEM, "user combiner in a halving tree; integers exact, float order unverified"),
-    "cumsum": (SEM, "sequential along the axis in the tile dtype; integers exact, float order "
-                    "unverified; rounding_mode/ftz unsupported"),
-    "cumprod": (SEM, "as cumsum"),
+    "cumsum": (SEM, "sequential along the axis in the tile dtype; integers exact (100% on the "
+                    + _H100 + "); floats not the GPU's (parallel) order, measured on H100: fp32 "
+                    "along the last axis 14-21% identical, axis 0 79%; rounding_mode/ftz "
+                    "unsupported"),
+    "cumprod": (SEM, "as cumsum; fp32, measured on H100: 11% identical"),
     "scan": (SEM, "user combiner applied sequentially; float order unverified"),
     # --- elementwise ----------------------------------------------------------------------------
     "add": (MODEL, "IEEE RN; an fp32 multiply feeding it is contracted into one FMA as the "
@@ -124,20 +140,36 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "negative": (EXACT, ""), "abs": (EXACT, ""), "isnan": (EXACT, ""), "where": (EXACT, ""),
     "floor": (EXACT, ""), "ceil": (EXACT, ""),
     "exp2": (MODEL, "fp32 flush_to_zero=True: MUFU.EX2 table, 100% on the " + _PROBE +
-                    "; without flush_to_zero: correctly rounded (the GPU's ex2.approx: "
-                    "not bit-exact)"),
-    "exp": (SEM, _CR + "; APPROX: the model's exp2 of fl32(x * log2 e) (ex2.approx's formulation, "
-                   "unverified)"),
-    "log": (SEM, _CR),
-    "log2": (SEM, _CR),
-    "sqrt": (SEM, "correctly rounded (IEEE sqrt.rn; unverified that cuTile's default lowers "
-                  "to it); RZ/RM/RP exact; flush_to_zero; APPROX: correctly rounded, more "
-                  "accurate than the GPU's sqrt.approx"),
-    "rsqrt": (SEM, _CR + "; flush_to_zero supported"),
-    "sin": (SEM, _CR), "cos": (SEM, _CR), "tan": (SEM, _CR),
+                    " and the " + _H100 + "; fp32 without flush_to_zero: ex2.approx.f32 (MUFU.EX2; "
+                    "below -126 the halved argument, squared), 100% on the H100; " + _NAN +
+                    "; fp16: correctly rounded (unverified)"),
+    "exp": (MODEL, "fp32 and fp16: libdevice's expf as the SASS has it (FFMA.SAT/FFMA.RM range "
+                   "reduction, MUFU.EX2 table, power-of-two scale; sim.libdevice; fp16 through "
+                   "fp32), 100% on the " + _H100 + "; APPROX: ex2.approx.f32 of fl32(x log2 e), "
+                   "100% on the H100; " + _NAN),
+    "log": (MODEL, "fp32 and fp16: libdevice's logf (integer range reduction, FFMA polynomial; "
+                   "sim.libdevice), 100% on the " + _H100 + " incl. subnormals, zero, negative, "
+                   "inf, NaN; " + _NAN),
+    "log2": (MODEL, "fp32 and fp16: libdevice's log2f (as log), 100% on the " + _H100 + "; " + _NAN),
+    "sqrt": (MODEL, "correctly rounded: sqrt.rn (the SASS: MUFU.RSQ, a Newton step and the "
+                    "slow path), 100% on the " + _H100 + " (fp32 and fp16); RZ/RM/RP exact; "
+                    "flush_to_zero; APPROX: correctly rounded, more accurate than the GPU's "
+                    "sqrt.approx (unverified)"),
+    "rsqrt": (SEM, "correctly rounded from float64; the GPU's rsqrt.approx (MUFU.RSQ: no "
+                   "table recorded) is not modelled: measured on H100: 72.1% identical (<= 1 "
+                   "ulp); " + _NAN + "; flush_to_zero supported"),
+    "sin": (MODEL, "fp32: libdevice's sinf (3-part pi/2 reduction below 105615, Payne-Hanek "
+                   "above, a polynomial per quadrant parity; sim.libdevice), 100% on the " + _H100 +
+                   " (the Payne-Hanek path on 3 of the 3072 values); fp16 through fp32 "
+                   "(unverified); " + _NAN),
+    "cos": (MODEL, "as sin (libdevice's cosf), 100% on the " + _H100),
+    "tan": (SEM, _CR),
     "sinh": (SEM, _CR), "cosh": (SEM, _CR),
-    "tanh": (SEM, _CR + "; APPROX: correctly rounded, more accurate than the GPU's "
-                    "tanh.approx (about 2^-11 relative error)"),
+    "tanh": (MODEL, "fp32 and fp16: libdevice's tanhf (odd polynomial below 0.6, else "
+                    "1 - 2 / (1 + MUFU.EX2(2|x| log2 e)) through the MUFU.EX2 and MUFU.RCP "
+                    "tables), 100% on the " + _H100 + "; " + _NAN + "; APPROX (MUFU.TANH, no "
+                    "table): correctly rounded, not the GPU's: measured on H100: 21.1% "
+                    "identical (up to 126 ulp)"),
     # --- debugging and launch control -------------------------------------------------------------
     "printf": (EXACT, "per block, prefixed with the block id"),
     "print": (EXACT, "per block, prefixed with the block id; f-strings of tiles show each "

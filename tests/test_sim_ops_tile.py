@@ -8,6 +8,7 @@ import torch
 import cuda.tile as ct
 
 from spak import sim
+from spak.sim.numerics import hopper_mma_f32
 
 C = ct.Constant[int]
 RM = ct.RoundingMode
@@ -244,10 +245,17 @@ def test_tf32_and_int8_mma(rng):
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     i, j = rng.integers(-128, 127, (m, k)).astype(np.int8), rng.integers(-128, 127, (k, n)).astype(np.int8)
     c, kk = np.zeros((m, n), np.float32), np.zeros((m, n), np.int32)
-    sim.launch(tf32_int8, (1,), (a, b, c, i, j, kk, m, k, n))
+    sim.launch(tf32_int8, (1,), (a, b, c, i, j, kk, m, k, n), model="sm_90-v0")
     ref = (_tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64)).astype(np.float32)
-    np.testing.assert_array_equal(c, ref)          # exact products, one rounding
+    np.testing.assert_array_equal(c, ref)          # v0: exact products, one rounding
     assert not np.array_equal(_tf32(a), a)         # the inputs really were rounded
+    # sm_90: Hopper's tf32 fused sum in k8 steps (measured on an H100, ci/sim_ops_gpu.py)
+    c90 = np.zeros((m, n), np.float32)
+    sim.launch(tf32_int8, (1,), (a, b, c90, i, j, kk.copy(), m, k, n))
+    want = hopper_mma_f32(_tf32(a)[None].astype(np.float64), _tf32(b)[None],
+                          np.zeros((1, m, n), np.float32), ct.tfloat32, 8, 25, -133)[0]
+    np.testing.assert_array_equal(c90, want)
+    np.testing.assert_allclose(c90, ref, rtol=0, atol=1e-5)
     np.testing.assert_array_equal(kk, i.astype(np.int64) @ j.astype(np.int64) + 7)
 
 
@@ -339,7 +347,10 @@ def test_approximate_exp_and_tanh(rng):
     e, t = np.zeros(64, np.float32), np.zeros(64, np.float32)
     sim.launch(approx_unary, (1,), (x, e, t, 64))
     arg = x * np.float32(1.4426950408889634)          # rounded to float32, as ex2.approx takes it
-    np.testing.assert_array_equal(e, np.exp2(arg.astype(np.float64)).astype(np.float32))
+    # sm_90: ex2.approx.f32 of it (MUFU.EX2, measured: 100% on an H100, ci/sim_ops_gpu.py)
+    m = sim.numerics.get_model("sm_90")
+    np.testing.assert_array_equal(e, sim.libdevice.exp2f(arg, m.mufu_ex2))
+    np.testing.assert_allclose(e, np.exp(x.astype(np.float64)), rtol=2e-6, atol=0)
     np.testing.assert_allclose(t, np.tanh(x.astype(np.float64)), rtol=1e-6, atol=0)
 
 
