@@ -26,7 +26,7 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 #: Modules holding a `register(subparsers)`, in the order `spak --help` lists the commands.
 COMMAND_MODULES: list[str] = ["spak.cli.sim", "spak.cli.run", "spak.cli.plan",
                               "spak.cli.compile", "spak.cli.sweep", "spak.cli.store",
-                              "spak.cli.report", "spak.device.calibrate"]
+                              "spak.cli.report", "spak.cli.calibrate"]
 
 
 # --------------------------------------------------------------------- main

@@ -22,7 +22,6 @@ exit 1 when either is refuted.
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -172,7 +171,7 @@ def _run_on_gpu(kernel, q, k, v, mask, causal, dtype, tiles):
     return out.cpu().numpy() if dtype == "fp16" else out.float().cpu().numpy()
 
 
-def cmd_record(out: Path) -> int:
+def record(out: Path) -> int:
     """Probes, MUFU tables and FMHA agreement cases on the local GPU, into `out`."""
     import datetime
     import json
@@ -205,28 +204,17 @@ def cmd_record(out: Path) -> int:
 
 
 def _versions() -> dict:
-    from importlib import metadata
-    out = {}
-    for pkg in ("spak", "cuda-tile", "nvidia-cuda-tileiras", "torch", "numpy", "numba"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
+    from spak.results.provenance import package_version
+    return {pkg: package_version(pkg)
+            for pkg in ("spak", "cuda-tile", "nvidia-cuda-tileiras", "torch", "numpy", "numba")}
 
 
 def _commit():
-    import os
-    if os.environ.get("SPAK_COMMIT"):
-        return os.environ["SPAK_COMMIT"]
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
-                              capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    from spak.results.provenance import git_commit
+    return git_commit()[0]
 
 
-def _recorded_arch(data: Path):
+def recorded_arch(data: Path):
     import json
     f = data / CALIBRATION
     if not f.exists():
@@ -234,42 +222,44 @@ def _recorded_arch(data: Path):
     return json.loads(f.read_text()).get("arch")
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    if getattr(args, "record", None):
-        return cmd_record(Path(args.record))
-    if args.tables:
-        return subprocess.call([sys.executable, str(ROOT / "ci" / "numerics_tables.py"),
-                                "--out", args.tables])
-    if not args.check:
-        print("spak calibrate: give --check, --record DIR or --tables OUT", file=sys.stderr)
-        return 2
-    data = Path(args.data) if args.data else None
-    if data is None:
-        data = Path(tempfile.mkdtemp(prefix="spak-probes-"))
-        rc = subprocess.call([sys.executable, str(ROOT / "ci" / "numerics_probe.py"), "--out", str(data)])
-        if rc:
-            print("spak calibrate: the probes did not run (a CUDA GPU and cuTile are needed; "
-                  "or pass --data DIR with recorded probe files)", file=sys.stderr)
-            return 1
-    if not data.is_dir():
-        print(f"spak calibrate: --data {data}: no such directory", file=sys.stderr)
-        return 2
-    from spak.sim.numerics import MODELS, get_model
-    if args.model is None:          # the recorded (or this) GPU's model, else sm_90
-        rec = _recorded_arch(data)
-        if rec is None and not args.data:
-            from spak.device.archs import from_torch
-            rec = from_torch()[0]
-        args.model = rec if rec in MODELS else "sm_90"
-    rows = agreement(args.model, data)
-    rows += mufu_rows(get_model(args.model), data) + fmha_rows(args.model, data)
+def probe_now() -> Path | None:
+    """Run the numeric probes on the local GPU into a fresh folder; None if they did not run."""
+    data = Path(tempfile.mkdtemp(prefix="spak-probes-"))
+    rc = subprocess.call([sys.executable, str(ROOT / "ci" / "numerics_probe.py"),
+                          "--out", str(data)])
+    return None if rc else data
+
+
+def record_tables(out: str) -> int:
+    """The exhaustive MUFU tables of the local GPU into `out` (ci/numerics_tables.py)."""
+    return subprocess.call([sys.executable, str(ROOT / "ci" / "numerics_tables.py"),
+                            "--out", out])
+
+
+def model_for(data: Path, model: str | None, recorded: bool) -> str:
+    """The model to check: `model`, else the recorded (or this) GPU's arch, else sm_90."""
+    from spak.sim.numerics import MODELS
+    if model is not None:
+        return model
+    rec = recorded_arch(data)
+    if rec is None and not recorded:
+        from spak.device.archs import from_torch
+        rec = from_torch()[0]
+    return rec if rec in MODELS else "sm_90"
+
+
+def check(model: str, data: Path) -> tuple[list[str], int]:
+    """Per op: bit-identical fraction of the model against the probes in `data`, and the
+    claim (exact, assumed, approx) it is held to. Returns (table lines, failures); no
+    lines when `data` holds no probe files."""
+    from spak.sim.numerics import get_model
+    rows = agreement(model, data)
+    rows += mufu_rows(get_model(model), data) + fmha_rows(model, data)
     if not rows:
-        print(f"spak calibrate: no probe files in {data}", file=sys.stderr)
-        return 1
-    exact = EXACT.get(args.model, set())
-    assumed = ASSUMED.get(args.model, set())
-    print(f"model {args.model} vs {data}")
-    print(f"{'op':10s} {'cases':26s} {'bit-identical':>14s} {'worst ulp':>10s}  claim")
+        return [], 0
+    exact, assumed = EXACT.get(model, set()), ASSUMED.get(model, set())
+    lines = [f"model {model} vs {data}",
+             f"{'op':10s} {'cases':26s} {'bit-identical':>14s} {'worst ulp':>10s}  claim"]
     bad = 0
     for op, group, pct, worst in rows:
         claim = "exact" if op in exact else "assumed" if op in assumed else "approx"
@@ -279,27 +269,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             flag = "  << FAIL"
         elif claim == "assumed" and pct < 100.0:
             bad += 1
-            flag = (f"  << ASSUMPTION REFUTED (docs/numerics-{args.model.replace('_', '')}"
+            flag = (f"  << ASSUMPTION REFUTED (docs/numerics-{model.replace('_', '')}"
                     ".md, 'closing the loop')")
-        print(f"{op:10s} {group:26s} {pct:13.4f}% {worst:10d}  {claim}{flag}")
-    return 1 if bad else 0
-
-
-def register(subparsers) -> None:
-    """Add `spak calibrate`."""
-    p = subparsers.add_parser(
-        "calibrate", help="compare the simulator's numeric model with a GPU's probe results",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true",
-                   help="print per-op bit-identity of the model against the probes")
-    p.add_argument("--data", default=None, metavar="DIR",
-                   help="recorded probe files (default: record them now on the local GPU)")
-    p.add_argument("--model", default=None,
-                   help="numeric model name (default: the arch in DIR/calibration.json, "
-                        "else sm_90)")
-    p.add_argument("--tables", default=None, metavar="OUT",
-                   help="record the exhaustive MUFU tables on the local GPU into OUT")
-    p.add_argument("--record", default=None, metavar="DIR",
-                   help="on a local GPU: run the probes, the MUFU tables and the FMHA "
-                        "agreement cases into DIR (then --check --data DIR anywhere)")
-    p.set_defaults(func=cmd_calibrate)
+        lines.append(f"{op:10s} {group:26s} {pct:13.4f}% {worst:10d}  {claim}{flag}")
+    return lines, bad
