@@ -42,11 +42,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import numbers
 from typing import Optional
 
 import torch
 
+from spak.torch_checks import MAX_SCALE, check_devices, check_tiles  # noqa: F401 (api.MAX_SCALE)
+from spak.torch_checks import check_scale as _check_scale
 from spak.tune import store as tuned
 
 __all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_DIM"]
@@ -54,7 +55,6 @@ __all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_D
 KERNELS = ("fused", "naive")
 DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
-MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
 _MASK_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -64,10 +64,6 @@ class _Checked:
     """What validate() found: sizes plus the normalised arguments."""
     __slots__ = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "scale", "mask", "causal",
                  "kernel", "tiles")
-
-
-def _dev(t) -> str:
-    return str(t.device)
 
 
 def validate(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
@@ -161,52 +157,14 @@ def _check_mask(attn_mask, full_shape: tuple):
     return attn_mask
 
 
-def _check_scale(scale):
-    """None, or a finite real within what the kernels hold in float32: as a float."""
-    if scale is None:
-        return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a real number (float or int) or None, got "
-                        f"{type(scale).__name__} {scale!r}")
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
-    if abs(scale) > MAX_SCALE:
-        raise ValueError(f"scale must be within +-{MAX_SCALE:.3g} (the kernels hold "
-                         f"scale*log2(e) in float32), got {scale}")
-    return scale
-
-
 def _check_devices(q, k, v, mask, require_cuda: bool) -> None:
     """One device for every tensor, and a CUDA one unless the caller allows otherwise."""
-    devices = {_dev(q), _dev(k), _dev(v)} | ({_dev(mask)} if mask is not None else set())
-    if len(devices) > 1:
-        raise ValueError(f"q, k, v and attn_mask must be on one device, got q {_dev(q)}, "
-                         f"k {_dev(k)}, v {_dev(v)}"
-                         + (f", attn_mask {_dev(mask)}" if mask is not None else ""))
-    if require_cuda and q.device.type != "cuda":
-        raise ValueError(f"q, k, v must be CUDA tensors (spak.fmha runs cuTile kernels on an "
-                         f"NVIDIA GPU), got device {q.device}; for CPU use the simulator "
-                         f"(`spak sim`) or torch SDPA")
+    check_devices([("q", q), ("k", k), ("v", v)], [("attn_mask", mask)], require_cuda,
+                  "spak.fmha", "the simulator (`spak sim`) or torch SDPA")
 
 
 def _check_tiles(tiles) -> dict:
-    if not isinstance(tiles, dict):
-        raise TypeError(f"tiles must be a dict {{'TILE_M': int, 'TILE_N': int}} or None, "
-                        f"got {type(tiles).__name__}")
-    unknown = set(tiles) - {"TILE_M", "TILE_N"}
-    if unknown:
-        raise ValueError(f"tiles has unknown keys {sorted(map(str, unknown))}; accepted: "
-                         f"TILE_M, TILE_N")
-    out = {}
-    for key, val in tiles.items():
-        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
-            raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
-        val = int(val)
-        if not 16 <= val <= 256 or val & (val - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
-        out[key] = val
-    return out
+    return check_tiles(tiles, ("TILE_M", "TILE_N"), "{'TILE_M': int, 'TILE_N': int}")
 
 
 # ---------------------------------------------------------------------- tiles, masks

@@ -39,13 +39,15 @@ from typing import Optional
 
 import torch
 
+from spak.torch_checks import check_devices, check_tiles
+from spak.torch_checks import check_scale as _check_scale
+
 __all__ = ["fmha_kvcache", "validate"]
 
 DTYPES = (torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
-MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
 
@@ -104,21 +106,6 @@ def _check_cache_layout(q, k_cache, block_table):
                          f"block_table, got {page}")
 
 
-def _check_scale(scale):
-    if scale is None:
-        return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a real number (float or int) or None, got "
-                        f"{type(scale).__name__} {scale!r}")
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite (0 and negative are allowed), got {scale}")
-    if abs(scale) > MAX_SCALE:
-        raise ValueError(f"scale must be within +-{MAX_SCALE:.3g} (the kernels hold "
-                         f"scale*log2(e) in float32), got {scale}")
-    return scale
-
-
 def _check_options(is_causal, num_splits, tiles):
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
@@ -127,25 +114,8 @@ def _check_options(is_causal, num_splits, tiles):
             raise TypeError(f"num_splits must be an int or None, got {num_splits!r}")
         if not 1 <= num_splits <= MAX_SPLITS:
             raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
-    if tiles is None:
-        return {}
-    if not isinstance(tiles, dict):
-        raise TypeError(f"tiles must be a dict {{'TILE_N': int, 'MAX_ROWS': int}} or None, "
-                        f"got {type(tiles).__name__}")
-    unknown = set(tiles) - set(TILE_KEYS)
-    if unknown:
-        raise ValueError(f"tiles has unknown keys {sorted(map(str, unknown))}; accepted: "
-                         f"{', '.join(TILE_KEYS)}")
-    for key, val in tiles.items():
-        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
-            raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
-        if key == "PAGE_MODE":
-            if val not in PAGE_MODES:
-                raise ValueError(f"tiles['PAGE_MODE'] must be one of {PAGE_MODES} (boxes, "
-                                 f"gather), got {val}")
-        elif not 16 <= val <= 256 or val & (val - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
-    return {k: int(v) for k, v in tiles.items()}
+    return check_tiles(tiles, TILE_KEYS, "{'TILE_N': int, 'MAX_ROWS': int}",
+                       {"PAGE_MODE": (PAGE_MODES, "boxes, gather")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -174,16 +144,10 @@ def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=
 
 
 def _check_devices(q, k_cache, v_cache, cache_seqlens, block_table, require_cuda):
-    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
-    named += [(n, t) for n, t in (("cache_seqlens", cache_seqlens),
-                                  ("block_table", block_table)) if isinstance(t, torch.Tensor)]
-    if len({str(t.device) for _, t in named}) > 1:
-        raise ValueError("q, k_cache, v_cache, cache_seqlens and block_table must be on one "
-                         "device, got " + ", ".join(f"{n} {t.device}" for n, t in named))
-    if require_cuda and q.device.type != "cuda":
-        raise ValueError(f"q, k_cache, v_cache must be CUDA tensors (spak.fmha_kvcache runs "
-                         f"cuTile kernels on an NVIDIA GPU), got device {q.device}; for CPU "
-                         f"use the simulator (`spak sim --family fmha_decode`)")
+    check_devices([("q", q), ("k_cache", k_cache), ("v_cache", v_cache)],
+                  [("cache_seqlens", cache_seqlens), ("block_table", block_table)],
+                  require_cuda, "spak.fmha_kvcache",
+                  "the simulator (`spak sim --family fmha_decode`)")
 
 
 # -------------------------------------------------------------------------- the op
@@ -272,8 +236,6 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           page_mode: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
-    import cuda.tile as ct
-    import spak.gpu.launch as gl
     B, Sq, Hq, _ = q.shape
     out = torch.empty((B, Sq, Hq, v_cache.shape[3]), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
@@ -289,18 +251,26 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
     tensors = {"q": q, "k": k_cache, "v": v_cache, "lens": lens, "out": out, "bt": bt}
-    stream = gl.current_raw_stream(q.device.index)
+    launch_templates(q.device, templates, work, tensors)
+    return out
+
+
+def launch_templates(device, templates, work, tensors) -> None:
+    """Launch (kernel, grid, template args) on `device`'s current stream, the arguments
+    bound by _arg; a cuTile compile error is re-raised with the set-up diagnosis."""
+    import cuda.tile as ct
+    import spak.gpu.launch as gl
+    stream = gl.current_raw_stream(device.index)
     try:
-        with torch.cuda.device(q.device.index):
+        with torch.cuda.device(device.index):
             for kernel, grid, args in templates:
                 ct.launch(stream, grid, kernel, tuple(_arg(a, work, tensors) for a in args))
     except Exception as exc:
         from spak.device import env as gpu_env
         if gpu_env.is_compile_error(exc):
-            major, minor = torch.cuda.get_device_capability(q.device)
+            major, minor = torch.cuda.get_device_capability(device)
             raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
         raise
-    return out
 
 
 _op = torch.library.custom_op("spak::fmha_kvcache", mutates_args=())(_impl)

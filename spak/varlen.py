@@ -34,7 +34,9 @@ from typing import Optional
 
 import torch
 
-from spak.kvcache import DTYPES, INDEX_DTYPES, MAX_HEAD_DIM, _check_scale, _Const
+from spak.kvcache import DTYPES, INDEX_DTYPES, MAX_HEAD_DIM, _Const, launch_templates
+from spak.torch_checks import check_devices, check_tiles
+from spak.torch_checks import check_scale as _check_scale
 
 __all__ = ["fmha_varlen", "validate_varlen"]
 
@@ -88,21 +90,7 @@ def _check_max(name, n):
 
 
 def _check_tiles(tiles):
-    if tiles is None:
-        return {}
-    if not isinstance(tiles, dict):
-        raise TypeError(f"tiles must be a dict {{'TILE_M': int, 'TILE_N': int}} or None, "
-                        f"got {type(tiles).__name__}")
-    unknown = set(tiles) - set(TILE_KEYS)
-    if unknown:
-        raise ValueError(f"tiles has unknown keys {sorted(map(str, unknown))}; accepted: "
-                         f"{', '.join(TILE_KEYS)}")
-    for key, val in tiles.items():
-        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
-            raise TypeError(f"tiles[{key!r}] must be an int, got {val!r}")
-        if not 16 <= val <= 256 or val & (val - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two in [16, 256], got {val}")
-    return {k: int(v) for k, v in tiles.items()}
+    return check_tiles(tiles, TILE_KEYS, "{'TILE_M': int, 'TILE_N': int}")
 
 
 def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -125,15 +113,9 @@ def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
         raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
     scale = _check_scale(scale)
     tiles = _check_tiles(tiles)
-    named = [("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-             ("cu_seqlens_k", cu_seqlens_k)]
-    if len({str(t.device) for _, t in named}) > 1:
-        raise ValueError("q, k, v, cu_seqlens_q and cu_seqlens_k must be on one device, got "
-                         + ", ".join(f"{n} {t.device}" for n, t in named))
-    if require_cuda and q.device.type != "cuda":
-        raise ValueError(f"q, k, v must be CUDA tensors (spak.fmha_varlen runs cuTile kernels "
-                         f"on an NVIDIA GPU), got device {q.device}; for CPU use the "
-                         f"simulator (spak.cpu.simrun_decode.simulate_varlen)")
+    check_devices([("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                   ("cu_seqlens_k", cu_seqlens_k)], [], require_cuda, "spak.fmha_varlen",
+                  "the simulator (spak.cpu.simrun_decode.simulate_varlen)")
     return scale, tiles
 
 
@@ -169,8 +151,6 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, is_causal: bool,
           scale: float, tile_m: int, tile_n: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_varlen."""
-    import cuda.tile as ct
-    import spak.gpu.launch as gl
     q, k, v = (t.contiguous() for t in (q, k, v))
     cq, ck = (c if c.dtype == torch.int32 else c.to(torch.int32)
               for c in (cu_seqlens_q, cu_seqlens_k))
@@ -185,18 +165,7 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
     if not templates:                     # no key anywhere (or max_seqlen_q == 0): zeros
         return out.zero_()
     tensors = {"q": q, "k": k, "v": v, "cq": cq, "ck": ck, "out": out}
-    stream = gl.current_raw_stream(q.device.index)
-    try:
-        with torch.cuda.device(q.device.index):
-            for kernel, grid, args in templates:
-                ct.launch(stream, grid, kernel,
-                          tuple(a.value if isinstance(a, _Const) else tensors[a] for a in args))
-    except Exception as exc:
-        from spak.device import env as gpu_env
-        if gpu_env.is_compile_error(exc):
-            major, minor = torch.cuda.get_device_capability(q.device)
-            raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
-        raise
+    launch_templates(q.device, templates, [], tensors)
     return out
 
 
