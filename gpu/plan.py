@@ -220,13 +220,37 @@ def _dtype_name(x) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _check_qkvo(q, k, v, out):
+def _shapes(named, ndim: int, layout: str = "") -> dict:
+    """{name: shape} of (name, array) pairs, each `ndim`-D (`layout` names the dims)."""
     shapes = {}
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+    for name, x in named:
         shapes[name] = _shape(name, x)
-        if len(shapes[name]) != 4:
-            raise ValueError(f"{name} must be 4D [batch, heads, seq, head_dim], "
-                             f"got shape {shapes[name]}")
+        if len(shapes[name]) != ndim:
+            raise ValueError(f"{name} must be {ndim}D{layout}, got shape {shapes[name]}")
+    return shapes
+
+
+def _check_head_dims(D: int, Dv: int) -> None:
+    for name, d in (("q/k head dim", D), ("v head dim", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+
+
+def _check_inputs(named) -> None:
+    """(name, array) pairs, q first: each contiguous, q fp16 or bf16, the rest q's dtype."""
+    for name, x in named:
+        _check_contiguous(name, x)
+    names = {n: _dtype_name(x) for n, x in named}
+    if names["q"] not in INPUT_DTYPES:
+        raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
+    for n, _ in named[1:]:
+        if names[n] != names["q"]:
+            raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+
+
+def _check_qkvo(q, k, v, out):
+    named = (("q", q), ("k", k), ("v", v), ("out", out))
+    shapes = _shapes(named, 4, " [batch, heads, seq, head_dim]")
     B, Hq, Sq, D = shapes["q"]
     Bk, Hkv, Sk, Dk = shapes["k"]
     Bv, Hv, Sv, Dv = shapes["v"]
@@ -240,20 +264,11 @@ def _check_qkvo(q, k, v, out):
         raise ValueError(f"k and v must have the same sequence length, got {Sk} and {Sv}")
     if Dk != D:
         raise ValueError(f"q and k must have the same head dim, got {D} and {Dk}")
-    for name, d in (("q/k head dim", D), ("v head dim", Dv)):
-        if not 1 <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    _check_head_dims(D, Dv)
     if shapes["out"] != (B, Hq, Sq, Dv):
         raise ValueError(f"out must have shape {(B, Hq, Sq, Dv)} [B, Hq, Sq, Dv], "
                          f"got {shapes['out']}")
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        _check_contiguous(name, x)
-    names = {n: _dtype_name(x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out))}
-    if names["q"] not in INPUT_DTYPES:
-        raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
-    for n in ("k", "v", "out"):
-        if names[n] != names["q"]:
-            raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+    _check_inputs(named)
     return B, Hq, Sq, D, Hkv, Sk, Dv
 
 
@@ -362,22 +377,42 @@ LATENCY_KEYS = ("LAT_K", "LAT_V")
 
 
 def _check_tiles(tiles, head_dim, causal=False) -> tuple[int, int, int, int]:
-    t = dict(default_tiles(head_dim, causal=causal), LAT_K=0, LAT_V=0)
-    if tiles is not None:
-        if not isinstance(tiles, dict):
-            raise TypeError(f"tiles must be a dict with TILE_M and TILE_N, got {tiles!r}")
-        unknown = set(tiles) - {"TILE_M", "TILE_N", *LATENCY_KEYS}
-        if unknown:
-            raise ValueError(f"tiles: unknown keys {sorted(unknown)}; "
-                             f"accepted: TILE_M, TILE_N, LAT_K, LAT_V")
-        t.update({k: v for k, v in tiles.items() if v is not None})
-    for key in ("TILE_M", "TILE_N"):
-        n = _check_int(f"tiles[{key!r}]", t[key], MIN_TILE, MAX_TILE)
-        if n & (n - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+    t = merge_tiles(tiles, dict(default_tiles(head_dim, causal=causal), LAT_K=0, LAT_V=0),
+                    ("TILE_M", "TILE_N", *LATENCY_KEYS), "TILE_M and TILE_N")
+    check_pow2_tiles(t, ("TILE_M", "TILE_N"))
     for key in LATENCY_KEYS:
         _check_int(f"tiles[{key!r}]", t[key], 0, 10)
     return int(t["TILE_M"]), int(t["TILE_N"]), int(t["LAT_K"]), int(t["LAT_V"])
+
+
+def merge_tiles(tiles, defaults: dict, keys, what: str, got=repr) -> dict:
+    """A copy of `defaults` updated with the non-None values of `tiles` (None: none);
+    TypeError "tiles must be a dict with <what>, got <got(tiles)>" for a non-dict,
+    ValueError naming keys not in `keys`. The planners' tile dicts all start here."""
+    t = dict(defaults)
+    if tiles is not None:
+        if not isinstance(tiles, dict):
+            raise TypeError(f"tiles must be a dict with {what}, got {got(tiles)}")
+        unknown = set(tiles) - set(keys)
+        if unknown:
+            raise ValueError(f"tiles: unknown keys {sorted(map(str, unknown))}; "
+                             f"accepted: {', '.join(keys)}")
+        t.update({k: v for k, v in tiles.items() if v is not None})
+    return t
+
+
+def check_pow2_tiles(t: dict, keys, lo: int = MIN_TILE, hi: int = MAX_TILE) -> dict:
+    """t[key] for each of `keys` an int power of two in [lo, hi], stored back as an int."""
+    for key in keys:
+        n = _check_int(f"tiles[{key!r}]", t[key], lo, hi)
+        if n & (n - 1):
+            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+        t[key] = n
+    return t
+
+
+def _type_name(x) -> str:
+    return type(x).__name__
 
 
 def _cdiv(a: int, b: int) -> int:

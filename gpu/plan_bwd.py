@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from .kernels import fmha_bwd as _bwd
-from .plan import (MAX_TILE, MIN_TILE, Launch, _cdiv, _check_bool, _check_contiguous,
-                   _check_int, _check_mask, _check_qkvo, _check_scale, _dtype_name, _launch,
-                   _resolve_alloc, _shape, _tile_width, check_rows)
+from .plan import (Launch, _cdiv, _check_bool, _check_contiguous, _check_int, _check_mask,
+                   _check_qkvo, _check_scale, _dtype_name, _launch, _resolve_alloc, _shape,
+                   _tile_width, check_pow2_tiles, check_rows, merge_tiles)
 
 __all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "check_bwd_tiles",
            "default_bwd_tiles", "plan_fmha_bwd", "preprocess_tile_m"]
@@ -137,22 +137,9 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
 
 def check_bwd_tiles(tiles, head_dim: int, causal: bool = False) -> dict[str, int]:
     """The defaults updated with ``tiles`` (None values keep the default), validated."""
-    t = default_bwd_tiles(head_dim, causal=causal)
-    if tiles is not None:
-        if not isinstance(tiles, dict):
-            raise TypeError(f"tiles must be a dict with keys among {BWD_TILE_KEYS}, "
-                            f"got {tiles!r}")
-        unknown = set(tiles) - set(BWD_TILE_KEYS)
-        if unknown:
-            raise ValueError(f"tiles: unknown keys {sorted(unknown)}; accepted: "
-                             f"{', '.join(BWD_TILE_KEYS)}")
-        t.update({key: val for key, val in tiles.items() if val is not None})
-    for key in BWD_TILE_KEYS:
-        n = _check_int(f"tiles[{key!r}]", t[key], MIN_TILE, MAX_TILE)
-        if n & (n - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
-        t[key] = n
-    return t
+    t = merge_tiles(tiles, default_bwd_tiles(head_dim, causal=causal), BWD_TILE_KEYS,
+                    f"keys among {BWD_TILE_KEYS}")
+    return check_pow2_tiles(t, BWD_TILE_KEYS)
 
 
 def _check_like(name, x, like):

@@ -32,8 +32,9 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from .kernels import decode as _decode
-from .plan import (INPUT_DTYPES, MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous,
-                   _check_int, _check_scale, _dtype_name, _launch, _shape, _tile_width)
+from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_head_dims,
+                   _check_inputs, _check_int, _check_scale, _dtype_name, _launch, _shape,
+                   _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
            "row_tiles", "choose_num_splits", "auto_splits", "combine_tiles", "TILE_KEYS",
@@ -211,12 +212,8 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     tiles: {"TILE_M", "TILE_N"} (default_varlen_tiles). Returns [] when nothing is
     computed (no sequence, query or head, or max_seqlen_q == 0); with no key at all
     (total_k == 0) out is left to the caller (every row is 0)."""
-    shapes = {}
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        shapes[name] = _shape(name, x)
-        if len(shapes[name]) != 3:
-            raise ValueError(f"{name} must be 3D [total, heads, head_dim], got shape "
-                             f"{shapes[name]}")
+    named = (("q", q), ("k", k), ("v", v), ("out", out))
+    shapes = _shapes(named, 3, " [total, heads, head_dim]")
     Tq, Hq, D = shapes["q"]
     Tk, Hkv, Dk = shapes["k"]
     if shapes["v"][:2] != (Tk, Hkv):
@@ -225,9 +222,7 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     Dv = shapes["v"][2]
     if Dk != D:
         raise ValueError(f"q and k must have the same head dim, got {D} and {Dk}")
-    for name, d in (("q/k head dim", D), ("v head dim", Dv)):
-        if not 1 <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    _check_head_dims(D, Dv)
     if Hkv == 0 or Hq % Hkv != 0:
         raise ValueError(f"q heads ({Hq}) must be a multiple of k's heads ({Hkv})")
     if shapes["out"] != (Tq, Hq, Dv):
@@ -238,14 +233,7 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
         raise ValueError(f"cu_seqlens_q must be 1D [B+1], got shape {cq}")
     _check_int32_vector("cu_seqlens_q", cu_seqlens_q, cq)
     _check_int32_vector("cu_seqlens_k", cu_seqlens_k, cq)
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        _check_contiguous(name, x)
-    names = {n: _dtype_name(x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out))}
-    if names["q"] not in INPUT_DTYPES:
-        raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
-    for n in ("k", "v", "out"):
-        if names[n] != names["q"]:
-            raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+    _check_inputs(named)
     max_q = _check_int("max_seqlen_q", max_seqlen_q, 0, 1 << 31)
     _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
     causal = _check_bool("causal", causal)
@@ -264,21 +252,10 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
 
 
 def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
-    t = default_varlen_tiles(head_dim, arch, causal)
-    if tiles is not None:
-        if not isinstance(tiles, dict):
-            raise TypeError(f"tiles must be a dict with keys {VARLEN_TILE_KEYS} or None, "
-                            f"got {type(tiles).__name__}")
-        unknown = set(tiles) - set(VARLEN_TILE_KEYS)
-        if unknown:
-            raise ValueError(f"tiles: unknown keys {sorted(map(str, unknown))}; "
-                             f"accepted: {', '.join(VARLEN_TILE_KEYS)}")
-        t.update({k: v for k, v in tiles.items() if v is not None})
-    for key in VARLEN_TILE_KEYS:
-        n = _check_int(f"tiles[{key!r}]", t[key], 16, 256)
-        if n & (n - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
-    return int(t["TILE_M"]), int(t["TILE_N"])
+    t = merge_tiles(tiles, default_varlen_tiles(head_dim, arch, causal), VARLEN_TILE_KEYS,
+                    f"keys {VARLEN_TILE_KEYS} or None", _type_name)
+    check_pow2_tiles(t, VARLEN_TILE_KEYS)
+    return t["TILE_M"], t["TILE_N"]
 
 
 # --------------------------------------------------------------------------------------
@@ -287,11 +264,8 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
 def _check_arrays(q, k_cache, v_cache, cache_seqlens, out, block_table):
     """Sizes (B, Sq, Hq, D, Hkv, Dv, page size or 0, capacity in keys); raises
     ValueError/TypeError naming the argument."""
-    shapes = {}
-    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
-        shapes[name] = _shape(name, x)
-        if len(shapes[name]) != 4:
-            raise ValueError(f"{name} must be 4D, got shape {shapes[name]}")
+    named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out))
+    shapes = _shapes(named, 4)
     B, Sq, Hq, D = shapes["q"]
     NB, S, Hkv, Dk = shapes["k_cache"]
     NBv, Sv, Hv, Dv = shapes["v_cache"]
@@ -300,9 +274,7 @@ def _check_arrays(q, k_cache, v_cache, cache_seqlens, out, block_table):
                          f"{shapes['k_cache']} and {shapes['v_cache']}")
     if Dk != D:
         raise ValueError(f"q and k_cache must have the same head dim, got {D} and {Dk}")
-    for name, d in (("q/k head dim", D), ("v head dim", Dv)):
-        if not 1 <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"{name} must be in [1, {MAX_HEAD_DIM}], got {d}")
+    _check_head_dims(D, Dv)
     if Hkv == 0 or Hq % Hkv != 0:
         raise ValueError(f"q heads ({Hq}) must be a multiple of the cache's kv heads ({Hkv})")
     if shapes["out"] != (B, Sq, Hq, Dv):
@@ -323,15 +295,7 @@ def _check_arrays(q, k_cache, v_cache, cache_seqlens, out, block_table):
         if page < 16 or page & (page - 1):
             raise ValueError(f"page size (k_cache.shape[1]) must be a power of two >= 16 "
                              f"with block_table, got {page}")
-    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
-        _check_contiguous(name, x)
-    names = {n: _dtype_name(x) for n, x in
-             (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out))}
-    if names["q"] not in INPUT_DTYPES:
-        raise TypeError(f"q dtype must be one of {INPUT_DTYPES}, got {names['q']}")
-    for n in ("k_cache", "v_cache", "out"):
-        if names[n] != names["q"]:
-            raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+    _check_inputs(named)
     return B, Sq, Hq, D, Hkv, Dv, page, cap
 
 
@@ -345,20 +309,9 @@ def _check_int32_vector(name, x, shape):
 
 
 def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int]:
-    t = default_decode_tiles(head_dim)
-    if tiles is not None:
-        if not isinstance(tiles, dict):
-            raise TypeError(f"tiles must be a dict with keys {TILE_KEYS} or None, "
-                            f"got {type(tiles).__name__}")
-        unknown = set(tiles) - set(TILE_KEYS)
-        if unknown:
-            raise ValueError(f"tiles: unknown keys {sorted(map(str, unknown))}; "
-                             f"accepted: {', '.join(TILE_KEYS)}")
-        t.update({k: v for k, v in tiles.items() if v is not None})
-    for key in ("TILE_N", "MAX_ROWS"):
-        n = _check_int(f"tiles[{key!r}]", t[key], 16, 256)
-        if n & (n - 1):
-            raise ValueError(f"tiles[{key!r}] must be a power of two, got {n}")
+    t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
+                    f"keys {TILE_KEYS} or None", _type_name)
+    check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
     g = t["PAGE_MODE"]
     mode = _check_int("tiles['PAGE_MODE']", g, 0, max(PAGE_MODES))
     tn = int(t["TILE_N"])
