@@ -105,6 +105,16 @@ def _signature(kernel, args, assume: str) -> KernelSignature:
     return KernelSignature(params, CallingConvention.cutile_python_v1())
 
 
+def _stand_ins(dtype: str, head_dim: int, head_dim_v: Optional[int], has_mask: bool):
+    """q, k, v, out and the mask (or None) of a variant as _ArraySpecs: B 1, Hq 2, Hkv 1,
+    Sq = Sk = 100 (lengths are run-time values; a ragged one takes the general path)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
+    B, Hq, Hkv, Sq, Sk = 1, 2, 1, 100, 100
+    return (_ArraySpec((B, Hq, Sq, head_dim), dtype), _ArraySpec((B, Hkv, Sk, head_dim), dtype),
+            _ArraySpec((B, Hkv, Sk, dv), dtype), _ArraySpec((B, Hq, Sq, dv), dtype),
+            _ArraySpec((1, 1, Sq, Sk), "float32", "seq") if has_mask else None)
+
+
 def variant_launches(kernel_name: str, *, dtype: str, head_dim: int, causal: bool,
                      has_mask: bool, tiles: Optional[dict] = None,
                      head_dim_v: Optional[int] = None, int64: bool = False):
@@ -114,13 +124,7 @@ def variant_launches(kernel_name: str, *, dtype: str, head_dim: int, causal: boo
     shape is used anyway so the plan takes its general path. int64: the kernels' int64-
     indexed twins, which plan_fmha picks for arrays past 2^31 elements.
     """
-    dv = head_dim if head_dim_v is None else head_dim_v
-    B, Hq, Hkv, Sq, Sk = 1, 2, 1, 100, 100
-    q = _ArraySpec((B, Hq, Sq, head_dim), dtype)
-    k = _ArraySpec((B, Hkv, Sk, head_dim), dtype)
-    v = _ArraySpec((B, Hkv, Sk, dv), dtype)
-    out = _ArraySpec((B, Hq, Sq, dv), dtype)
-    mask = _ArraySpec((1, 1, Sq, Sk), "float32", "seq") if has_mask else None
+    q, k, v, out, mask = _stand_ins(dtype, head_dim, head_dim_v, has_mask)
 
     def alloc(shape, kind):
         # naive's S and P workspaces are padded to whole tiles: aligned like q/k/v rows
@@ -155,12 +159,24 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
     "ExceptionType: message" of the first failure. The cuTile disk cache is bypassed unless ``use_cache``, so the times are
     real compile times.
     """
-    result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": []}
+    return compile_launches(
+        lambda: variant_launches(kernel_name, dtype=dtype, head_dim=head_dim, causal=causal,
+                                 has_mask=has_mask, tiles=tiles, head_dim_v=head_dim_v,
+                                 int64=int64),
+        lambda launch: export_cubin(launch, arch, assume=assume, hints=hints), arch,
+        use_cache=use_cache)
+
+
+def compile_launches(plan, export, arch: str, *, use_cache: bool = True, **fields) -> dict:
+    """Compile a variant: plan() its launches, export(launch) -> cubin for each launch name
+    once, timing each. The result dict of compile_variant (plus ``fields``); a variant
+    that fails to plan or compile is a result with ``error`` set, not a crash.
+    use_cache False bypasses cuTile's disk cache (real compile times)."""
+    result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": [],
+              **fields}
     start = time.perf_counter()
     try:
-        launches = variant_launches(kernel_name, dtype=dtype, head_dim=head_dim,
-                                    causal=causal, has_mask=has_mask, tiles=tiles,
-                                    head_dim_v=head_dim_v, int64=int64)
+        launches = plan()
         seen = set()
         with _disk_cache(use_cache):
             for launch in launches:
@@ -168,7 +184,7 @@ def compile_variant(kernel_name: str, *, arch: str, dtype: str, head_dim: int,
                     continue
                 seen.add(launch.name)
                 t0 = time.perf_counter()
-                cubin = export_cubin(launch, arch, assume=assume, hints=hints)
+                cubin = export(launch)
                 result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
                                           "seconds": time.perf_counter() - t0,
                                           **kernel_facts(cubin, arch)})
@@ -188,14 +204,8 @@ def bwd_variant_launches(*, dtype: str, head_dim: int, causal: bool, has_mask: b
     as variant_launches. tiles: the backward's (BWD_TILE_KEYS); the forward's are its
     defaults. Per-row float32 arrays (lse, delta) have rows of Sq: "seq" constraints."""
     from .plan_bwd import plan_fmha_bwd
-    dv = head_dim if head_dim_v is None else head_dim_v
-    B, Hq, Hkv, Sq, Sk = 1, 2, 1, 100, 100
-    q = _ArraySpec((B, Hq, Sq, head_dim), dtype)
-    k = _ArraySpec((B, Hkv, Sk, head_dim), dtype)
-    v = _ArraySpec((B, Hkv, Sk, dv), dtype)
-    out = _ArraySpec((B, Hq, Sq, dv), dtype)
-    lse = _ArraySpec((B, Hq, Sq), "float32", "seq")
-    mask = _ArraySpec((1, 1, Sq, Sk), "float32", "seq") if has_mask else None
+    q, k, v, out, mask = _stand_ins(dtype, head_dim, head_dim_v, has_mask)
+    lse = _ArraySpec(q.shape[:3], "float32", "seq")
 
     def alloc(shape, kind):
         role = "seq" if len(shape) == 3 else "head"
@@ -219,25 +229,12 @@ def compile_bwd_variant(*, arch: str, dtype: str, head_dim: int, causal: bool,
     three kernels (bwd_variant_launches), each to a cubin for ``arch``; the same result
     dict (``kernels`` named fused.lse, bwd.preprocess, bwd.dkdv, bwd.dq). hints apply to
     every kernel."""
-    result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": []}
-    start = time.perf_counter()
-    try:
-        launches = bwd_variant_launches(dtype=dtype, head_dim=head_dim, causal=causal,
-                                        has_mask=has_mask, tiles=tiles,
-                                        head_dim_v=head_dim_v, int64=int64)
-        with _disk_cache(use_cache):
-            for launch in launches:
-                t0 = time.perf_counter()
-                cubin = export_cubin(launch, arch, assume=assume, hints=hints)
-                result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
-                                          "seconds": time.perf_counter() - t0,
-                                          **kernel_facts(cubin, arch)})
-                result["cubin_bytes"] += len(cubin)
-        result["ok"] = True
-    except Exception as exc:   # a failed variant is a result, not a crash
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    result["seconds"] = time.perf_counter() - start
-    return result
+    return compile_launches(
+        lambda: bwd_variant_launches(dtype=dtype, head_dim=head_dim, causal=causal,
+                                     has_mask=has_mask, tiles=tiles, head_dim_v=head_dim_v,
+                                     int64=int64),
+        lambda launch: export_cubin(launch, arch, assume=assume, hints=hints), arch,
+        use_cache=use_cache)
 
 
 def export_cubin(launch, arch: str, *, assume: str = "launch",

@@ -5,7 +5,6 @@ gpu.compile does for the FMHA kernels (int32 lengths and page table included).
 from __future__ import annotations
 
 import io
-import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -13,8 +12,8 @@ import cuda.tile as ct
 from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
                                    ScalarConstraint, export_kernel)
 
+from .compile import compile_launches
 from .plan_decode import plan_decode, plan_varlen
-from .resources import kernel_facts
 from .variants import check_hints, with_hints
 
 _DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16, "float32": ct.float32,
@@ -85,29 +84,17 @@ def compile_decode_variant(*, arch: str, dtype: str, head_dim: int, causal: bool
     """Compile one variant's kernels for `arch`, launching nothing: the split and combine
     kernels (kernel "splitkv"), or the varlen kernel ("varlen"; page and seq_q unused).
     Returns dict(ok, seconds, cubin_bytes, error, kernels, tiles) like gpu.compile."""
-    result = {"ok": False, "seconds": 0.0, "cubin_bytes": 0, "error": None, "kernels": [],
-              "tiles": tiles}
-    start = time.perf_counter()
-    try:
+    def plan():
         if kernel == "varlen":
-            launches = varlen_launches(dtype=dtype, head_dim=head_dim, causal=causal,
-                                       heads=heads, tiles=tiles, arch=arch)
-        else:
-            launches = decode_launches(dtype=dtype, head_dim=head_dim, causal=causal,
-                                       page=page, seq_q=seq_q, heads=heads, tiles=tiles)
-        for launch in launches:
-            kernel = with_hints(launch.kernel, **check_hints(hints))
-            buf = io.BytesIO()
-            t0 = time.perf_counter()
-            export_kernel(kernel, [_signature(kernel, launch.args)], buf, gpu_code=arch,
-                          output_format="cubin")
-            cubin = buf.getvalue()
-            result["kernels"].append({"name": launch.name, "cubin_bytes": len(cubin),
-                                      "seconds": time.perf_counter() - t0,
-                                      **kernel_facts(cubin, arch)})
-            result["cubin_bytes"] += len(cubin)
-        result["ok"] = True
-    except Exception as exc:   # a failed variant is a result, not a crash
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    result["seconds"] = time.perf_counter() - start
-    return result
+            return varlen_launches(dtype=dtype, head_dim=head_dim, causal=causal,
+                                   heads=heads, tiles=tiles, arch=arch)
+        return decode_launches(dtype=dtype, head_dim=head_dim, causal=causal, page=page,
+                               seq_q=seq_q, heads=heads, tiles=tiles)
+
+    def export(launch):
+        k = with_hints(launch.kernel, **check_hints(hints))
+        buf = io.BytesIO()
+        export_kernel(k, [_signature(k, launch.args)], buf, gpu_code=arch,
+                      output_format="cubin")
+        return buf.getvalue()
+    return compile_launches(plan, export, arch, tiles=tiles)
