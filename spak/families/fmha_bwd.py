@@ -10,15 +10,14 @@ spak.gpu.plan_bwd.plan_fmha_bwd.
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from typing import NamedTuple
 
 import numpy as np
 
 from spak.attention import problems as P
-from spak.core.metrics import max_abs, nonfinite_count, rel_l2, round_to_bf16
-from spak.families.base import KernelFamily
+from spak.core.metrics import rel_l2, round_to_bf16
+from spak.families.base import KernelFamily, worst_output
 from spak.families.fmha_fwd import FmhaForward, attention_report_place
 
 #: Relative-L2 gates vs float64 for dQ, dK and dV, the forward's (spak.core.metrics.GATES).
@@ -199,9 +198,7 @@ class FmhaBackward(KernelFamily):
         row = super().gpu_check(problem, inputs, outputs, reference, peer_reference)
         per = row["outputs"]
         if zero_gradient_errors(self, problem, inputs, outputs, reference, per):
-            worst = max(per, key=lambda n: (not per[n]["passed"],
-                                            per[n]["rel_l2"] / per[n]["gate"]))
-            row = {**per[worst], "passed": all(p["passed"] for p in per.values()),
+            row = {**per[worst_output(per)], "passed": all(p["passed"] for p in per.values()),
                    "outputs": per}
         extra = dead_row_check(problem, inputs, outputs["dq"])
         row.update(extra)
@@ -236,10 +233,7 @@ class FmhaBackward(KernelFamily):
         from spak.gpu.plan_bwd import default_bwd_tiles
         return default_bwd_tiles(problem.D, arch, problem.causal)
 
-    def store_key(self, problem) -> dict:
-        from spak.core.buckets import seq_bucket
-        return {"dtype": problem.dtype, "head_dim": problem.D, "causal": problem.causal,
-                "seq_bucket": seq_bucket(problem.Sk)}
+    store_key = FmhaForward.store_key                 # the same fields as the forward's
 
     # the GPU sweep (plans/fmha_bwd.toml's [sweep.<arch>]; the worker: spak.tune.worker)
     sweep_plan = "plans/fmha_bwd.toml"
@@ -269,31 +263,6 @@ class FmhaBackward(KernelFamily):
 
     def report_place(self, problem):
         return attention_report_place(problem, "Backward")
-
-    # the CPU loop
-    def sim_case(self, kernel, problem, *, tiles=None, model="sm_90", seed=0) -> dict:
-        """KernelFamily.sim_case, with `error` (aware of exactly-zero gradients) in place
-        of the plain relative L2; the same row."""
-        inputs = self.make_inputs(problem, seed)
-        t0 = time.perf_counter()
-        outs, reports = self.simulate(kernel, problem, inputs, tiles=tiles, model=model)
-        seconds = time.perf_counter() - t0
-        ref = self.reference(problem, inputs)
-        per = {}
-        for name in self.outputs:
-            rel, bad = self.error(name, outs[name], ref[name], inputs), nonfinite_count(outs[name])
-            gate = self.gate(problem, name)
-            per[name] = {"rel_l2": rel, "max_abs": max_abs(outs[name], ref[name]),
-                         "nonfinite": bad, "gate": gate, "passed": bad == 0 and rel <= gate}
-        worst = max(per, key=lambda n: (not per[n]["passed"], per[n]["rel_l2"] / per[n]["gate"]))
-        return {"kernel": kernel, "shape": problem.display, "causal": problem.causal,
-                "dtype": problem.dtype,
-                **{k: per[worst][k] for k in ("rel_l2", "max_abs", "nonfinite", "gate")},
-                "seconds": seconds, "passed": all(p["passed"] for p in per.values()),
-                "error": None,
-                "launches": [{"kernel": r.kernel, "grid": list(r.grid), "groups": r.groups,
-                              "splits": r.splits, "seconds": r.seconds} for r in reports],
-                "outputs": per}
 
 
 def bwd_tiles_dict(tiles) -> dict | None:
