@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import types
 
 import numpy as np
@@ -21,25 +20,10 @@ from spak import families  # noqa: E402
 from spak.attention.reference import attention_f64, attention_grads_f64  # noqa: E402
 from spak.device import agreement, bwd_gpu, case  # noqa: E402
 from spak.device.calls import GpuCall  # noqa: E402
+from tests.helpers_gpu_loop import patch_run_env, run_args, sim_env, stub_cuda_timing  # noqa: E402
 
 BWD = families.get("fmha_bwd")
 GRADS = ("dq", "dk", "dv")
-
-
-class _Event:
-    """torch.cuda.Event on the host clock."""
-
-    def __init__(self, enable_timing=True):
-        self.t = None
-
-    def record(self, stream=None):
-        self.t = time.perf_counter()
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, other):
-        return (other.t - self.t) * 1e3
 
 
 @pytest.fixture
@@ -50,9 +34,7 @@ def sim_launch(monkeypatch):
     import cuda.tile as ct
     from spak import sim
     import spak.gpu.launch as gl
-    for name, val in {"Event": _Event, "synchronize": lambda *a: None,
-                      "_sleep": lambda n: None, "empty_cache": lambda: None}.items():
-        monkeypatch.setattr(torch.cuda, name, val, raising=False)
+    stub_cuda_timing(monkeypatch, torch)
     launched = []
 
     def wrap(a):
@@ -287,22 +269,10 @@ def test_agreement_on_the_whole_head_group_and_on_two_exact_cuts(sim_launch):
 
 # ------------------------------------------------------------------ spak run
 
-def _args(**kw):
-    base = dict(no_time=True, no_sim=False, no_sdpa=False, max_sets=2, seed=0,
-                naive_max_gb=16.0, tiles=None, model="sm_90", sim_heads=1,
-                sim_work=1 << 29, dump=None)
-    return types.SimpleNamespace(**{**base, **kw})
-
-
-def _env():
-    return types.SimpleNamespace(base={"schema": "spak.run/2", "gpu": "Sim GPU"},
-                                 arch="sm_90", l2_bytes=1 << 16, device="cpu", dump={})
-
-
 @pytest.mark.slow
 def test_run_case_times_the_backward_beside_its_peers(sim_launch):
     spec = BWD.parse("1x2:1x40:70x32/fp16/causal")
-    rows = case.run_case(spec, ("fused",), _args(no_time=False), _env(), 500.0,
+    rows = case.run_case(spec, ("fused",), run_args(no_time=False), sim_env(), 500.0,
                          lambda r: None, BWD)
     by = {r["provider"]: r for r in rows}
     assert list(by) == ["spak-fused", "sdpa-cudnn", "sdpa-flash", "fwd+bwd:spak-fused",
@@ -320,17 +290,7 @@ def test_run_case_times_the_backward_beside_its_peers(sim_launch):
 
 def test_spak_run_command_on_the_simulator(sim_launch, monkeypatch, tmp_path, capsys):
     from spak.cli import main
-    from spak.device import env as gpu_env, gpurun
-
-    class Env:
-        def __init__(self, argv):
-            self.__dict__.update(vars(_env()))
-            self.gpu = "Sim GPU"
-            self.base = {**self.base, "torch": torch.__version__, "cuda_tile": None,
-                         "command": "spak " + " ".join(argv)}
-    monkeypatch.setattr(gpurun, "gpu_missing", lambda: None)
-    monkeypatch.setattr(gpurun, "RunEnv", Env)
-    monkeypatch.setattr(gpu_env, "diagnose", lambda **kw: [])
+    patch_run_env(monkeypatch, torch)
     out = tmp_path / "run.jsonl"
     code = main(["run", "--family", "fmha_bwd", "--shapes", "1x2x64x32",
                  "1x4:2x33:70x32/mask", "--causal", "yes", "--dtype", "fp16", "--no-time",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import types
 
 import numpy as np
@@ -20,35 +19,16 @@ from spak.device import agreement, case, gpu_reference, timing  # noqa: E402
 from spak.device.calls import GpuCall  # noqa: E402
 from spak.families.base import KernelFamily  # noqa: E402
 from spak.families.fmha_fwd import FAMILY as FWD  # noqa: E402
-
-
-class _Event:
-    """torch.cuda.Event on the host clock."""
-    log: list = []
-
-    def __init__(self, enable_timing=True):
-        self.t = None
-
-    def record(self, stream=None):
-        self.t = time.perf_counter()
-        _Event.log.append("record")
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, other):
-        return (other.t - self.t) * 1e3
+from tests.helpers_gpu_loop import (HostEvent, patch_run_env, run_args, sim_env,  # noqa: E402
+                                    stub_cuda_timing)
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """torch.cuda's timing and device queries stubbed; returns the call log."""
-    _Event.log = []
-    for name, val in {"Event": _Event, "synchronize": lambda *a: None,
-                      "_sleep": lambda n: _Event.log.append(("sleep", n)),
-                      "empty_cache": lambda: None}.items():
-        monkeypatch.setattr(torch.cuda, name, val, raising=False)
-    return _Event.log
+    HostEvent.log = []
+    stub_cuda_timing(monkeypatch, torch, sleep=lambda n: HostEvent.log.append(("sleep", n)))
+    return HostEvent.log
 
 
 @pytest.fixture
@@ -211,21 +191,13 @@ def test_gpu_call_and_agreement_on_the_simulator(sim_launch):
 
 
 def _args(**kw):
-    base = dict(no_time=True, no_sim=False, no_sdpa=False, max_sets=2, seed=0,
-                naive_max_gb=16.0, tiles=(64, 64), model="sm_90", sim_heads=1,
-                sim_work=1 << 29, dump=None)
-    return types.SimpleNamespace(**{**base, **kw})
-
-
-def _env():
-    return types.SimpleNamespace(base={"schema": "spak.run/2", "gpu": "Sim GPU"},
-                                 arch="sm_90", l2_bytes=1 << 16, device="cpu", dump={})
+    return run_args(**{"tiles": (64, 64), **kw})
 
 
 def test_run_case_checks_simulates_and_times_every_provider(sim_launch):
     spec = FWD.parse("1x1x64x64/fp16/noncausal")
     rows = []
-    out = case.run_case(spec, ("fused", "naive"), _args(no_time=False), _env(), 500.0,
+    out = case.run_case(spec, ("fused", "naive"), _args(no_time=False), sim_env(), 500.0,
                         rows.append, FWD)
     assert rows == out
     assert [r["provider"] for r in rows] == ["spak-fused", "spak-naive", "sdpa-flash",
@@ -246,7 +218,7 @@ def test_run_case_checks_simulates_and_times_every_provider(sim_launch):
 
 def test_run_case_skips_naive_over_its_workspace_limit(sim_launch):
     spec = FWD.parse("1x2x64x64/fp16/noncausal")
-    rows = case.run_case(spec, ("naive",), _args(naive_max_gb=1e-9, no_sim=True), _env(),
+    rows = case.run_case(spec, ("naive",), _args(naive_max_gb=1e-9, no_sim=True), sim_env(),
                          None, lambda r: None, FWD)
     assert rows[0]["skipped"].startswith("naive workspace") and "--naive-max-gb" in \
         rows[0]["skipped"]
@@ -254,17 +226,7 @@ def test_run_case_skips_naive_over_its_workspace_limit(sim_launch):
 
 def test_spak_run_command_on_the_simulator(sim_launch, monkeypatch, tmp_path, capsys):
     from spak.cli import main
-    from spak.device import env as gpu_env, gpurun
-
-    class Env:
-        def __init__(self, argv):
-            self.__dict__.update(vars(_env()))
-            self.gpu = "Sim GPU"
-            self.base = {**self.base, "torch": torch.__version__, "cuda_tile": None,
-                         "command": "spak " + " ".join(argv)}
-    monkeypatch.setattr(gpurun, "gpu_missing", lambda: None)
-    monkeypatch.setattr(gpurun, "RunEnv", Env)
-    monkeypatch.setattr(gpu_env, "diagnose", lambda **kw: [])
+    patch_run_env(monkeypatch, torch)
     out = tmp_path / "run.jsonl"
     code = main(["run", "--kernel", "all", "--shapes", "1x2x64x64", "--causal", "yes",
                  "--no-time", "--tiles", "64x64", "--json", "--out", str(out)])

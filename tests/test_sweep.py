@@ -344,25 +344,12 @@ def cpu_gpu_runner(monkeypatch):
     from spak import sim
     from spak.tune import worker as swk
 
-    class Event:
-        def __init__(self, enable_timing=True):
-            self.t = None
-
-        def record(self, stream=None):
-            self.t = time.perf_counter()
-
-        def synchronize(self):
-            pass
-
-        def elapsed_time(self, other):
-            return (other.t - self.t) * 1e3
-    for name, val in {"Event": Event, "synchronize": lambda *a: None, "_sleep": lambda n: None,
-                      "empty_cache": lambda: None, "current_stream": lambda *a: "stream",
-                      "get_device_capability": lambda *a: (9, 0),
-                      "get_device_name": lambda *a: "Sim GPU",
-                      "get_device_properties": lambda *a: types.SimpleNamespace(
-                          L2_cache_size=1 << 20, multi_processor_count=132)}.items():
-        monkeypatch.setattr(torch.cuda, name, val, raising=False)
+    from tests.helpers_gpu_loop import stub_cuda_timing
+    stub_cuda_timing(monkeypatch, torch, current_stream=lambda *a: "stream",
+                     get_device_capability=lambda *a: (9, 0),
+                     get_device_name=lambda *a: "Sim GPU",
+                     get_device_properties=lambda *a: types.SimpleNamespace(
+                         L2_cache_size=1 << 20, multi_processor_count=132))
     r = swk.GpuRunner({"device": "cpu", "warmup": 1, "batches": 2, "batch_ms": 1.0,
                        "max_sets": 2})
     launched = []
