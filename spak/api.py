@@ -46,14 +46,14 @@ from typing import Optional
 
 import torch
 
-from spak.torch_checks import MAX_SCALE, check_devices, check_tiles  # noqa: F401 (api.MAX_SCALE)
+from spak.torch_checks import DTYPES, check_devices, check_dtypes, check_tiles
+from spak.torch_checks import MAX_SCALE  # noqa: F401 (spak.api.MAX_SCALE)
 from spak.torch_checks import check_scale as _check_scale
 from spak.tune import store as tuned
 
 __all__ = ["fmha", "validate", "resolve_tiles", "KERNELS", "DTYPES", "MAX_HEAD_DIM"]
 
 KERNELS = ("fused", "naive")
-DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
 _MASK_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -100,11 +100,7 @@ def _check_qkv(q, k, v) -> tuple:
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4D [batch, heads, seq, head_dim], got "
                              f"{t.dim()}D shape {tuple(t.shape)}")
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
+    check_dtypes(q, (("k", k), ("v", v)))
     B, Hq, Sq, D = q.shape
     Bk, Hkv, Sk, Dk = k.shape
     Bv, Hv, Sv, Dv = v.shape

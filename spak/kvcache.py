@@ -39,12 +39,11 @@ from typing import Optional
 
 import torch
 
-from spak.torch_checks import check_devices, check_tiles
+from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
 __all__ = ["fmha_kvcache", "validate"]
 
-DTYPES = (torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
@@ -125,11 +124,7 @@ def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=
     devices (so shape errors are reported for CPU and meta tensors too)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _check_tensor(name, t, 4)
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
+    check_dtypes(q, (("k_cache", k_cache), ("v_cache", v_cache)))
     _check_sizes(q, k_cache, v_cache)
     if not isinstance(cache_seqlens, int) or isinstance(cache_seqlens, bool):
         _check_tensor("cache_seqlens", cache_seqlens, 1)

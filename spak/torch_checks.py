@@ -12,9 +12,19 @@ import numbers
 
 import torch
 
-__all__ = ["MAX_SCALE", "check_scale", "check_tiles", "check_devices"]
+__all__ = ["DTYPES", "MAX_SCALE", "check_dtypes", "check_scale", "check_tiles", "check_devices"]
 
 MAX_SCALE = 3.4028234663852886e38 / 1.4426950408889634 / 2   # = gpu.plan.MAX_SCALE
+DTYPES = (torch.float16, torch.bfloat16)
+
+
+def check_dtypes(q, named) -> None:
+    """q fp16 or bf16, and each (name, tensor) of `named` in q's dtype."""
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    for name, t in named:
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
 
 
 def check_scale(scale):

@@ -34,8 +34,8 @@ from typing import Optional
 
 import torch
 
-from spak.kvcache import DTYPES, INDEX_DTYPES, MAX_HEAD_DIM, _Const, launch_templates
-from spak.torch_checks import check_devices, check_tiles
+from spak.kvcache import INDEX_DTYPES, MAX_HEAD_DIM, _Const, launch_templates
+from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
 __all__ = ["fmha_varlen", "validate_varlen"]
@@ -100,11 +100,7 @@ def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     lengths, options, devices (shape errors are reported for CPU and meta tensors too)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_3d(name, t)
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} dtype must match q dtype ({q.dtype}), got {t.dtype}")
+    check_dtypes(q, (("k", k), ("v", v)))
     _check_sizes(q, k, v)
     _check_offsets(cu_seqlens_q, cu_seqlens_k)
     _check_max("max_seqlen_q", max_seqlen_q)

@@ -59,18 +59,10 @@ class FmhaBackward(KernelFamily):
     compared_peers = ("sdpa-cudnn", "sdpa-flash")
 
     # problems: the forward's grammar and sets
-    def grammar_help(self) -> str:
-        return P.GRAMMAR_HELP
-
-    def parse(self, text: str) -> P.ProblemSpec:
-        return P.parse_spec(text)
-
-    def check_shape_text(self, text: str) -> None:
-        if text.strip().lower() not in self.shape_sets:
-            P.parse_case(text)
-
-    def select(self, items, *, dtype="all", causal="both") -> list[P.ProblemSpec]:
-        return P.select_cases(items, dtype=dtype, causal=causal)
+    grammar_help = FmhaForward.grammar_help
+    parse = FmhaForward.parse
+    check_shape_text = FmhaForward.check_shape_text
+    select = FmhaForward.select
 
     def make_inputs(self, problem, seed: int = 0) -> BwdInputs:
         """The forward's inputs for (problem, seed) and an N(0, 1) dout from its own stream
