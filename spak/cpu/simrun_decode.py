@@ -13,23 +13,30 @@ _CT_DTYPE = {"fp16": ct.float16, "bf16": ct.bfloat16}
 _STORAGE = {"fp16": np.float16, "bf16": np.float32}
 
 
+def _sim_arrays(inputs: dict, names, dtype: str):
+    """(cuTile dtype, {name: SimArray}) for the named inputs: each checked to be numpy in
+    the dtype's storage (float16, or float32 holding bf16 values) and copied, so bf16
+    rounding happens on the copy, never on the caller's array."""
+    if dtype not in _CT_DTYPE:
+        raise ValueError(f"dtype must be one of {tuple(_CT_DTYPE)}, got {dtype!r}")
+    ctd = _CT_DTYPE[dtype]
+    arrays = {}
+    for name in names:
+        x = inputs[name]
+        if not isinstance(x, np.ndarray) or x.dtype != _STORAGE[dtype]:
+            raise TypeError(f"{name} must be a numpy {np.dtype(_STORAGE[dtype])} array for "
+                            f"dtype={dtype!r}, got {getattr(x, 'dtype', type(x).__name__)}")
+        arrays[name] = sim.SimArray(np.array(x, order="C", copy=True), ctd, name=name)
+    return ctd, arrays
+
+
 def simulate_decode(inputs: dict, *, dtype: str = "fp16", causal: bool = False, scale=None,
                     num_splits=None, tiles=None, num_sms: int = DEFAULT_SMS,
                     model: str = "sm_90") -> tuple[np.ndarray, list]:
     """(out [B, Sq, Hq, Dv], launch reports) for inputs {q, k_cache, v_cache,
     cache_seqlens, block_table (or None)}: float16 arrays, or float32 holding bf16 values
     with dtype="bf16"; int32 lengths and table. The plan validates sizes and flags."""
-    if dtype not in _CT_DTYPE:
-        raise ValueError(f"dtype must be one of {tuple(_CT_DTYPE)}, got {dtype!r}")
-    ctd = _CT_DTYPE[dtype]
-    arrays = {}
-    for name in ("q", "k_cache", "v_cache"):
-        x = inputs[name]
-        if not isinstance(x, np.ndarray) or x.dtype != _STORAGE[dtype]:
-            raise TypeError(f"{name} must be a numpy {np.dtype(_STORAGE[dtype])} array for "
-                            f"dtype={dtype!r}, got {getattr(x, 'dtype', type(x).__name__)}")
-        # a copy: bf16 rounding happens on it, never on the caller's array
-        arrays[name] = sim.SimArray(np.array(x, order="C", copy=True), ctd, name=name)
+    ctd, arrays = _sim_arrays(inputs, ("q", "k_cache", "v_cache"), dtype)
     B, Sq, Hq, _ = inputs["q"].shape
     Dv = inputs["v_cache"].shape[3]
     # poisoned: an element no block writes stays NaN (and the checker says so)
@@ -53,16 +60,7 @@ def simulate_varlen(inputs: dict, *, dtype: str = "fp16", causal: bool = False, 
     int32 [B+1] offsets), max_seqlen_q/k taken from the offsets. Rows no block writes
     stay NaN (the output is poisoned), so a missed row fails the NaN gate."""
     from spak.gpu.plan_decode import plan_varlen
-    if dtype not in _CT_DTYPE:
-        raise ValueError(f"dtype must be one of {tuple(_CT_DTYPE)}, got {dtype!r}")
-    ctd = _CT_DTYPE[dtype]
-    arrays = {}
-    for name in ("q", "k", "v"):
-        x = inputs[name]
-        if not isinstance(x, np.ndarray) or x.dtype != _STORAGE[dtype]:
-            raise TypeError(f"{name} must be a numpy {np.dtype(_STORAGE[dtype])} array for "
-                            f"dtype={dtype!r}, got {getattr(x, 'dtype', type(x).__name__)}")
-        arrays[name] = sim.SimArray(np.array(x, order="C", copy=True), ctd, name=name)
+    ctd, arrays = _sim_arrays(inputs, ("q", "k", "v"), dtype)
     cq, ck = (np.asarray(inputs[n], np.int32) for n in ("cu_seqlens_q", "cu_seqlens_k"))
     Tq, Hq, _ = inputs["q"].shape
     out_np = np.full((Tq, Hq, inputs["v"].shape[2]), np.nan, _STORAGE[dtype])
