@@ -17,6 +17,7 @@ from spak import families
 from spak.families.base import ReportPlace
 from spak.results.jsonl import read_results, repo_path, row_problem
 from spak.results.rows import ResultRow, tiles_label
+from spak.tune.merge import gpu_identity, merge_one
 
 __all__ = ["report_row", "load_rows", "family_of", "place_of", "sections", "config_label",
            "config_order", "section_families", "section_peers"]
@@ -70,8 +71,10 @@ def report_row(raw: dict, source: str) -> Optional[ResultRow]:
 
 
 def load_rows(paths: Iterable, warn: Callable[[str], None] = None) -> list[ResultRow]:
-    """Result rows of every file, in one shape; later duplicates replace earlier ones.
-    Malformed rows and rows of an unknown kernel family are skipped with a warning."""
+    """Result rows of every file, in one shape; later duplicates of one GPU replace earlier
+    ones, and rows of several GPUs of one model are merged (spak.tune.merge: median TFLOPS,
+    "gpus", "tflops_spread"). Malformed rows and rows of an unknown kernel family are
+    skipped with a warning."""
     warn = warn or (lambda m: print("warning: " + m, file=sys.stderr))
     latest: dict = {}
     for p in paths:
@@ -89,9 +92,13 @@ def load_rows(paths: Iterable, warn: Callable[[str], None] = None) -> list[Resul
                 continue
             key = (row.family, row.gpu, row.kernel if row.is_spak else None, row.case,
                    row.provider, row.config_id)
-            latest.pop(key, None)
-            latest[key] = row
-    return list(latest.values())
+            per_gpu = latest.pop(key, {})
+            per_gpu[gpu_identity(raw)] = row          # a later row of one GPU replaces
+            latest[key] = per_gpu
+    # several GPUs of one model (spak sweep --gpus, or several hosts): one row per
+    # measurement, the median over the GPUs, with "gpus" and "tflops_spread" (as the store)
+    return [rows[0] if len(rows) == 1 else ResultRow(merge_one([dict(r) for r in rows]))
+            for rows in (list(g.values()) for g in latest.values())]
 
 
 _PLACES: dict = {}

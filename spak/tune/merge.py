@@ -19,7 +19,7 @@ import statistics
 
 from spak import families
 
-__all__ = ["measurement_key", "gpu_identity", "merge_gpu_rows"]
+__all__ = ["measurement_key", "gpu_identity", "merge_gpu_rows", "merge_one"]
 
 
 def measurement_key(r: dict) -> tuple:
@@ -30,6 +30,11 @@ def measurement_key(r: dict) -> tuple:
 def gpu_identity(r: dict) -> tuple:
     """(host, gpu_index): which GPU measured a row; (None, None) for a single-GPU sweep's."""
     return (r.get("host"), r.get("gpu_index"))
+
+
+def merge_one(rows: list[dict]) -> dict:
+    """One measurement's rows, one per GPU (of one name), merged as the module doc says."""
+    return _merged(rows)
 
 
 def _merged(rows: list[dict]) -> dict:
