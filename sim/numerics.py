@@ -288,6 +288,11 @@ class NumericModel:
             return self.round_to(np.sum(x, axis=axis, dtype=np.float64), dtype)
         return np.sum(x, axis=axis, dtype=dtypes.storage(dtype))
 
+    def scan(self, x: np.ndarray, axis: int, op, reverse: bool, dtype):
+        """A float cumsum/cumprod (op np.add/np.multiply) along `axis` (lane axis 0) in the
+        GPU's order, or None: the caller then scans element by element."""
+        return None
+
     def describe(self) -> dict:
         return {"name": self.name, "description": self.description.strip()}
 
@@ -922,6 +927,133 @@ def _pow2(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
 
 
+#: threads of the consumer warpgroup that holds a loaded tile (4 warps of 32)
+_WARPS, _LANES = 4, 32
+
+
+def blocked_layout(shape, itemsize):
+    """The register layout tileiras gives a loaded 1-D/2-D tile on sm_90, read from the SASS
+    of ci/sim_ops_gpu.py's sum kernels (docs/numerics-sm90.md, "sums of loaded tiles"):
+    (spt, tpw_r, tpw_c, w_r, w_c). A thread holds spt neighbours of a row (16 bytes, fewer
+    when the tile has under 128 x 16 bytes: min(16 // itemsize, numel // 128)); a warp's
+    lanes run along the row first, then down rows; the 4 warps likewise. None where the
+    tile does not fill the layout exactly (values would be held twice: not read)."""
+    r, n = (1, shape[0]) if len(shape) == 1 else shape
+    if len(shape) not in (1, 2) or not (_pow2(r) and _pow2(n)):
+        return None
+    spt = min(16 // itemsize, max(r * n // (_WARPS * _LANES), 1))
+    if n % spt:
+        return None
+    tpw_c = min(_LANES, n // spt)
+    w_c = min(_WARPS, n // (spt * tpw_c))
+    tpw_r, w_r = _LANES // tpw_c, _WARPS // w_c
+    if r % (tpw_r * w_r):
+        return None
+    return spt, tpw_r, tpw_c, w_r, w_c
+
+
+def _halving(v: np.ndarray, ax: int) -> np.ndarray:
+    """Butterfly shuffles xor n/2 .. 1 along `ax`: v[i] + v[i + n/2], halving."""
+    v = np.moveaxis(v, ax, -1)
+    while v.shape[-1] > 1:
+        h = v.shape[-1] // 2
+        v = v[..., :h] + v[..., h:]
+    return v[..., 0]
+
+
+def _chain(v: np.ndarray, ax: int) -> np.ndarray:
+    """A thread's sequential accumulation over its repeats along `ax`: from +0 when there
+    is more than one (the SASS's FADD RZ, x0), else the value itself."""
+    v = np.moveaxis(v, ax, 0)
+    if v.shape[0] == 1:
+        return v[0]
+    acc = np.zeros(v.shape[1:], v.dtype)
+    for part in v:
+        acc = acc + part
+    return acc
+
+
+def _blocked_rows(x, lay):
+    """Reduce the last axis of [.., n] in the layout: per register a chain over the
+    repeats, then the spt neighbours as adjacent pairs ((x0+x1)+(x2+x3)), then the lanes
+    (xor 16 .. 1), then the warps through shared memory ((w0+w2)+(w1+w3))."""
+    spt, _, tpw_c, _, w_c = lay
+    n = x.shape[-1]
+    v = x.reshape(x.shape[:-1] + (n // (spt * tpw_c * w_c), w_c, tpw_c, spt))
+    v = _chain(v, -4)                                   # [.., w_c, tpw_c, spt]
+    while v.shape[-1] > 1:
+        v = v[..., 0::2] + v[..., 1::2]
+    return _halving(_halving(v[..., 0], -1), -1)
+
+
+def _blocked_cols(x, lay):
+    """Reduce axis -2 of [.., r, n]: per register a chain over the row repeats, then the
+    lanes down the rows, then the warps (both halving)."""
+    _, tpw_r, _, w_r, _ = lay
+    r, n = x.shape[-2:]
+    v = x.reshape(x.shape[:-2] + (r // (tpw_r * w_r), w_r, tpw_r, n))
+    v = _chain(v, -4)                                   # [.., w_r, tpw_r, n]
+    return _halving(_halving(v, -2), -2)
+
+
+def scan_lanes(shape, axis):
+    """Lanes of a warp that run along the scan axis in the layout tileiras scans a 1-D/2-D
+    tile in on sm_90 (read from the SASS: one value per lane and register, lanes along
+    dim 0 first, then dim 1; SHFL.UP strides of 8x256, 16x64, 64x16, 4x512, 2x128, 32x32
+    and 1-D tiles agree). None for other shapes."""
+    if len(shape) not in (1, 2) or not all(_pow2(d) for d in shape):
+        return None
+    if len(shape) == 1:
+        return min(_LANES, shape[0])
+    l0 = min(_LANES, shape[0])
+    return l0 if axis == 0 else min(_LANES // l0, shape[1])
+
+
+def blocked_scan(x: np.ndarray, axis: int, reverse: bool, op):
+    """Inclusive scan of a float32 tile [lanes, *shape] along `axis` (1-based) in the sm_90
+    order: positions in chunks of g consecutive ones (the lanes along the axis), a
+    Hillis-Steele scan inside a chunk (SHFL.UP 1, 2, .. g/2: s[q] = s[q] op s[q - d]), then
+    the chunk totals in one sequential chain P[i] = P[i-1] op T[i], and each chunk's values
+    combined with the previous chunks' P. reverse scans the mirrored axis. op: np.add or
+    np.multiply. None where the shape is not modelled."""
+    g = scan_lanes(x.shape[1:], axis - 1)
+    if g is None:
+        return None
+    v = np.moveaxis(np.asarray(x, np.float32), axis, -1)
+    v = v[..., ::-1] if reverse else v
+    n = v.shape[-1]
+    v = v.reshape(v.shape[:-1] + (n // g, g)).copy()     # written below: not the input
+    d = 1
+    while d < g:
+        v = np.concatenate([v[..., :d], op(v[..., d:], v[..., :-d])], axis=-1)
+        d *= 2
+    p = v[..., 0, -1]
+    for i in range(1, v.shape[-2]):
+        nxt = op(p, v[..., i, -1])
+        v[..., i, :] = op(v[..., i, :], p[..., None])
+        p = nxt
+    v = v.reshape(v.shape[:-2] + (n,))
+    v = v[..., ::-1] if reverse else v
+    return np.ascontiguousarray(np.moveaxis(v, -1, axis))
+
+
+def blocked_sum(x: np.ndarray, axes, dtype):
+    """Sum of a loaded (non-mma) fp32/fp16 tile [lanes, *shape] over `axes` (1-based, the
+    lane axis being 0) in the sm_90 order, or None where the layout is not modelled.
+    Each add rounds in the tile's dtype (fp16: HADD2). A sum over both axes reduces the
+    rows first, then the row of column sums (as the SASS of ct.sum(x) does)."""
+    lay = blocked_layout(x.shape[1:], x.dtype.itemsize)
+    nd = x.ndim - 1
+    axes = sorted(a % x.ndim for a in axes)
+    if lay is None or not axes or axes[0] == 0:
+        return None
+    x = np.asarray(x)
+    if nd == 2 and 1 in axes:
+        x = _blocked_cols(x, lay)
+        return _blocked_rows(x, lay) if 2 in axes else x
+    return _blocked_rows(x, lay)
+
+
 class Sm90(Sm90v0):
     """sm_90 (H100/H200), measured on an H200 on 2026-11-22 (docs/numerics-sm90.md).
 
@@ -935,6 +1067,10 @@ class Sm90(Sm90v0):
       only when every other term of a bf16 step is below 2^-133).
     * float32 sums along one axis of power-of-two length: chunks of 4 neighbours
       ((x0+x1)+(x2+x3)), then a halving tree across chunks. 100% on the probe rows of 128.
+    * sums of loaded fp32/fp16 1-D/2-D tiles in their blocked register layout, and fp32
+      cumsum/cumprod in the scan layout (blocked_sum, blocked_scan; read from the SASS,
+      100% on an H100: rows of 32..4096, axis 0, 1-D, all axes, fp16 rows; 8x256 scans
+      along both axes, reversed, cumprod; docs/numerics-sm90.md section 12).
     * fp32 -> fp16/bf16: RNE (100% on the probe).
     * exp2 with flush_to_zero (ex2.approx.ftz.f32): declared approximate. The input rule
       (23-bit fraction, one's complement for x < 0) is measured; the hardware's 2^f
@@ -960,6 +1096,9 @@ class Sm90(Sm90v0):
     contract_fma = True
     #: how a lane adds the 4 neighbours of a loaded row (tree_sum_f32's chunk)
     sum_chunk = "adjacent"
+    #: sums of loaded (non-mma) fp32/fp16 tiles in the blocked-layout order (blocked_sum;
+    #: read from the sm_90 SASS, 100% on an H100: results/sim-ops-h100-2026-11-24)
+    blocked_sums = True
     #: the tensor core's fused dot-add (MMA-Sim's L_max, F, e_zero): k-step length, fraction
     #: bits kept below the largest exponent, exponent of a zero term
     mma_kstep, mma_fbits, mma_ezero = 16, 25, -133
@@ -1039,6 +1178,10 @@ class Sm90(Sm90v0):
 
     def sum(self, x, axis, dtype, layout=None):
         axes = (axis,) if np.isscalar(axis) else tuple(axis)
+        if self.blocked_sums and layout != MMA_LAYOUT and dtype in (ct.float32, ct.float16):
+            r = blocked_sum(np.asarray(x, dtypes.storage(dtype)), axes, dtype)
+            if r is not None:
+                return r
         if dtype == ct.float32 and len(axes) == 1:
             n, last = x.shape[axes[0]], axes[0] % x.ndim == x.ndim - 1
             if layout == MMA_LAYOUT and last and n % 8 == 0:
@@ -1046,6 +1189,11 @@ class Sm90(Sm90v0):
             if _pow2(n):
                 return tree_sum_f32(x, axes[0], self.sum_chunk)
         return super().sum(x, axis, dtype)
+
+    def scan(self, x, axis, op, reverse, dtype):
+        if self.blocked_sums and dtype == ct.float32:
+            return blocked_scan(x, axis, reverse, op)
+        return None
 
 
 Sm90.description = Sm90.__doc__
@@ -1124,6 +1272,7 @@ class Sm120(Sm90):
 
     name = "sm_120"
     sum_chunk = "halving"
+    blocked_sums = False     # its lane order differs (above); not read there
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 
@@ -1151,6 +1300,7 @@ class Sm89(Sm90):
 
     name = "sm_89"
     mma_kstep, mma_fbits, mma_ezero = 8, 24, -132
+    blocked_sums = False     # sm_90's blocked order is not checked on an sm_89 GPU
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 

@@ -94,24 +94,25 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "pack_to_bytes": (EXACT, "little-endian element bytes"),
     "unpack_from_bytes": (EXACT, ""),
     # --- reductions and scans -------------------------------------------------------------------
-    "sum": (MODEL, "fp32 along one power-of-two axis: sm_90 tree order (blocked layout) or "
-                   "mma-fragment order, 100% on the " + _PROBE + " and, for rows of 32 and "
-                   "128, on the " + _H100 + "; NOT the GPU's order elsewhere, measured on H100: "
-                   "rows of 1024 and 4096 25% identical, axis 0 of 64x64 30%, 1-D of 256 31%, "
-                   "all axes of 16x16 19% (other lane layouts; few outputs); other float "
-                   "cases: float64 sum, one rounding (fp16 rows of 128, measured on H100: 33% "
-                   "identical); rounding_mode/ftz unsupported"),
+    "sum": (MODEL, "fp32 and fp16 of loaded (non-mma) 1-D/2-D power-of-two tiles: the sm_90 "
+                   "blocked-layout order read from the SASS (per register a chain over the "
+                   "repeats, neighbours in adjacent pairs, lanes and warps halving; fp16 adds "
+                   "rounded to fp16), 100% on the " + _H100 + " (rows of 32 to 4096, axis 0, "
+                   "1-D, all axes, fp16 rows); mma tiles: fragment order, 100% on the " + _PROBE +
+                   "; other float cases: float64 sum, one rounding; rounding_mode/ftz "
+                   "unsupported"),
     "max": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),
     "min": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),
     "prod": (SEM, "integers exact; floats: float64 product, one rounding (not the GPU's order)"),
     "argmax": (EXACT, "first index of the maximum; NaN ignored unless propagate_nan"),
     "argmin": (EXACT, "first index of the minimum; NaN ignored unless propagate_nan"),
     "reduce": (SEM, "user combiner in a halving tree; integers exact, float order unverified"),
-    "cumsum": (SEM, "sequential along the axis in the tile dtype; integers exact (100% on the "
-                    + _H100 + "); floats not the GPU's (parallel) order, measured on H100: fp32 "
-                    "along the last axis 14-21% identical, axis 0 79%; rounding_mode/ftz "
-                    "unsupported"),
-    "cumprod": (SEM, "as cumsum; fp32, measured on H100: 11% identical"),
+    "cumsum": (MODEL, "fp32 of 1-D/2-D power-of-two tiles: the sm_90 order read from the SASS "
+                      "(Hillis-Steele over the lanes along the axis, then the chunk totals in "
+                      "one sequential chain), 100% on the " + _H100 + " (8x256 along both "
+                      "axes, reversed); integers exact (100% there); other floats: "
+                      "sequential in the tile dtype; rounding_mode/ftz unsupported"),
+    "cumprod": (MODEL, "as cumsum (fp32 8x256 along the last axis: 100% on the H100)"),
     "scan": (SEM, "user combiner applied sequentially; float order unverified"),
     # --- elementwise ----------------------------------------------------------------------------
     "add": (MODEL, "IEEE RN; an fp32 multiply feeding it is contracted into one FMA as the "

@@ -22,7 +22,11 @@ MODELLED = ("exp", "exp_approx", "exp2", "exp2_ftz", "log", "log2", "sqrt", "tan
             "matmul tf32 64x64x32", "ct.matmul fp16 64x64x64",
             "atomic_add/max/min int32", "atomic_add float32 small ints",
             "gather 1-d, mask + bounds", "gather 2-d broadcast indices", "scatter 1-d permutation",
-            "cumsum int32 axis 1")
+            "cumsum int32 axis 1",
+            "row_sum 4x1024 wide", "row_sum 2x4096 wide", "col_sum 64x64", "vec_sum 256",
+            "all_sum 16x16", "row_sum 16x128 fp16",
+            "cumsum f32 axis 1", "cumsum f32 axis 1 normal", "cumsum f32 axis 0",
+            "cumsum f32 axis 1 reverse", "cumprod f32 axis 1")
 
 
 @pytest.fixture(scope="module")

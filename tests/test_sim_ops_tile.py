@@ -94,8 +94,20 @@ def test_cumsum_cumprod_and_custom_scan(rng):
     np.testing.assert_array_equal(sr, np.flip(np.cumsum(np.flip(x, 0), axis=0), 0))
     np.testing.assert_array_equal(p, np.cumprod(x % 3 + 1, axis=1).astype(np.int32))
     np.testing.assert_array_equal(mx, np.maximum.accumulate(x, axis=1))
-    # float32 cumsum: one rounding per step, left to right (numpy's cumsum does the same)
-    np.testing.assert_array_equal(f, np.cumsum(x.astype(np.float32) * np.float32(0.37), axis=1))
+    # float32 cumsum, sm_90 (the default model): the SASS scans a 4x16 row in chunks of 8
+    # lanes (SHFL.UP 4, 8, 16): Hillis-Steele inside a chunk, the second chunk then adds
+    # the first's total (docs/numerics-sm90.md section 12)
+    v = x.astype(np.float32) * np.float32(0.37)
+
+    def hillis_steele(c):
+        for d in (1, 2, 4):
+            c = np.concatenate([c[:, :d], c[:, d:] + c[:, :-d]], axis=1)
+        return c
+    lo, hi = hillis_steele(v[:, :8]), hillis_steele(v[:, 8:])
+    np.testing.assert_array_equal(f, np.concatenate([lo, hi + lo[:, -1:]], axis=1))
+    # the ieee model: one rounding per step, left to right (numpy's cumsum does the same)
+    sim.launch(scans, (1,), (x, *outs, n), model="ieee")
+    np.testing.assert_array_equal(outs[0], np.cumsum(v, axis=1))
 
 
 @ct.kernel
