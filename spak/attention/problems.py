@@ -62,6 +62,17 @@ named sets: {sets}"""
 MAX_HEAD_DIM = 256
 
 
+def check_sizes(p) -> None:
+    """The sizes every attention problem shares: B, Hq, Hkv, Sq, Sk, D positive integers,
+    Hq a multiple of Hkv (ProblemSpec and the decode family's DecodeProblem)."""
+    for f in ("B", "Hq", "Hkv", "Sq", "Sk", "D"):
+        val = getattr(p, f)
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{f} must be a positive integer, got {val!r}")
+    if p.Hq % p.Hkv:
+        raise ValueError(f"Hq ({p.Hq}) must be a multiple of Hkv ({p.Hkv})")
+
+
 @dataclasses.dataclass(frozen=True)
 class ProblemSpec:
     """One attention problem. Q [B,Hq,Sq,D]; K, V [B,Hkv,Sk,D]; mask broadcast to [B,Hq,Sq,Sk]."""
@@ -77,12 +88,7 @@ class ProblemSpec:
     mask: str | None = None  # None, "additive" (float, may hold -inf) or "bool" (True = attend)
 
     def __post_init__(self):
-        for f in ("B", "Hq", "Hkv", "Sq", "Sk", "D"):
-            val = getattr(self, f)
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-                raise ValueError(f"{f} must be a positive integer, got {val!r}")
-        if self.Hq % self.Hkv:
-            raise ValueError(f"Hq ({self.Hq}) must be a multiple of Hkv ({self.Hkv})")
+        check_sizes(self)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.mask not in MASK_KINDS:

@@ -31,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 
+from spak.attention.problems import check_sizes
 from spak.core.errors import ShapeError
 from spak.core.metrics import gate_for, round_to_bf16
 from spak.families.base import KernelFamily
@@ -77,12 +78,7 @@ class DecodeProblem:
     qlens: Optional[tuple[int, ...]] = None    # a packed varlen batch: queries per sequence
 
     def __post_init__(self):
-        for f in ("B", "Hq", "Hkv", "Sq", "Sk", "D"):
-            val = getattr(self, f)
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-                raise ValueError(f"{f} must be a positive integer, got {val!r}")
-        if self.Hq % self.Hkv:
-            raise ValueError(f"Hq ({self.Hq}) must be a multiple of Hkv ({self.Hkv})")
+        check_sizes(self)
         if self.D > MAX_HEAD_DIM:
             raise ValueError(f"D must be <= {MAX_HEAD_DIM}, got {self.D}")
         if self.dtype not in DTYPES:
