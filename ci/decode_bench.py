@@ -98,6 +98,51 @@ def focus_grid() -> list[dict]:
     return cases
 
 
+def goal_grid() -> list[dict]:
+    """The issue's grid where the goal applies (cache >= 8k), fp16: B 1/8/64, Hkv
+    32/8/1, Sq 1/4, contiguous and 16/256-key pages, K+V <= KV_CAP."""
+    return [c for c in timing_grid(False) if c["Sk"] >= 8192 and "extra" not in c
+            and c["dtype"] == "fp16"]
+
+
+def tune_grid() -> list[dict]:
+    """The shapes short of the goal with cache >= 8k (B = 1 MQA/GQA, MQA at B = 8 and 64,
+    Sq = 4 with MQA, 16-key pages) and two that reach it, each with the knobs of the
+    split kernel beside the default: the occupancy hint (2: 128 threads, two blocks per
+    SM, instead of 256 threads x 255 registers, one block), 64-key tiles, 16-row blocks
+    (MQA: two head tiles of one kv head, no register spills), 128-row blocks (MQA Sq = 4:
+    K/V read once instead of twice), and split counts with the occupancy hint."""
+    o2 = {"OCCUPANCY": 2}
+    base = {"occ2": {"tiles": o2}, "tn64": {"tiles": {"TILE_N": 64}},
+            "occ2tn64": {"tiles": {**o2, "TILE_N": 64}},
+            "rows16": {"tiles": {"MAX_ROWS": 16}}, "occ2rows16": {"tiles": {**o2, "MAX_ROWS": 16}}}
+
+    def splits(ns, tiles=o2):
+        return {f"occ2s{n}": {"tiles": tiles, "num_splits": n} for n in ns}
+    b1 = splits((16, 32, 66, 132, 264))
+    b8 = splits((8, 16, 33, 66))
+    pages = {"occ2": {"tiles": o2}, "boxes": {"tiles": {"PAGE_MODE": 0}},
+             "occ2boxes": {"tiles": {**o2, "PAGE_MODE": 0}}, "tn64": {"tiles": {"TILE_N": 64}},
+             "occ2tn16": {"tiles": {**o2, "TILE_N": 16}}}
+    rows128 = {"rows128": {"tiles": {"MAX_ROWS": 128}},
+               "occ2rows128": {"tiles": {**o2, "MAX_ROWS": 128}}}
+    cases = [_case(1, 1, 1, 8192, extra={**base, **b1}), _case(1, 1, 1, 32768, extra={**base, **b1}),
+             _case(1, 1, 1, 131072, extra={**base, **b1}),
+             _case(1, 8, 1, 8192, extra={**base, **b1}), _case(1, 8, 1, 32768, extra={**base, **b1}),
+             _case(8, 1, 1, 8192, extra={**base, **b8}), _case(8, 1, 1, 32768, extra={**base, **b8}),
+             _case(64, 1, 1, 8192, extra=base),
+             _case(1, 1, 4, 32768, extra={**base, **rows128, **b1}),
+             _case(8, 1, 4, 32768, extra={**base, **rows128, **b8}),
+             _case(1, 8, 4, 32768, extra={**base, **b1}),
+             _case(8, 8, 1, 32768, extra={**base, **b8}), _case(8, 32, 1, 32768, extra=base)]
+    # 16-key pages (contiguous twins above or here)
+    cases += [_case(8, 32, 1, 32768, 16, extra=pages), _case(8, 8, 1, 32768, 16, extra=pages),
+              _case(1, 8, 1, 32768, 16, extra=pages), _case(8, 1, 4, 32768, 16, extra=pages),
+              _case(64, 8, 4, 8192), _case(64, 8, 4, 8192, 16, extra=pages),
+              _case(1, 1, 1, 32768, 256, extra={"occ2": {"tiles": o2}})]
+    return cases
+
+
 #: varlen batches: (name, key lengths per sequence; queries = keys, prefill)
 VARLEN_TIMED = [("equal8x2048", [2048] * 8),
                 ("ragged8", [4096, 3000, 2048, 1500, 1024, 700, 300, 100])]
@@ -410,6 +455,9 @@ def time_case(c, emit, log, peers=True, extra=None):
             res[name] = _graph_time([lambda x=x: sdpa(x) for x in copies])
         except Exception as e:  # noqa: BLE001
             res[name] = (float("nan"), f"error {type(e).__name__}: {str(e)[:120]}")
+    if peers and c["page"] == 0 and c["Sq"] == 1:
+        res.update(_tilegym(c, copies, log))
+    res["copy-same"] = _copy_same(kv_bytes + qo_bytes, n, dev)
     row = dict(kind="time", label=label, **c, kv_bytes=kv_bytes, copies=n,
                ms={k: v[0] for k, v in res.items()}, how={k: v[1] for k, v in res.items()},
                gbs={k: (kv_bytes + qo_bytes) / v[0] / 1e6 for k, v in res.items()})
@@ -418,10 +466,48 @@ def time_case(c, emit, log, peers=True, extra=None):
                default=float("nan"))
     log(f"time {label:36s} spak {row['gbs']['spak']:7.0f} GB/s ({res['spak'][0] * 1e3:8.1f} us)"
         + (f"  best sdpa {(kv_bytes + qo_bytes) / best / 1e6:7.0f} GB/s" if best == best else "")
-        + "".join(f"  {k} {row['gbs'][k]:7.0f}" for k in (extra or {})))
+        + "".join(f"  {k} {row['gbs'][k]:7.0f}" for k in (extra or {}))
+        + "".join(f"  {k} {row['gbs'][k]:7.0f}" for k in ("tilegym", "copy-same")
+                  if k in row["gbs"]))
     del copies
     torch.cuda.empty_cache()
     return row
+
+
+def _tilegym(c, copies, log):
+    """NVIDIA TileGym's cuTile split-KV decode (ci/peers/tilegym_flash_decode.py, a
+    benchmark opponent) on the same gathered [B, Hkv, L, D] cache as SDPA (it has no
+    paged or per-sequence-length path, and Sq = 1 only); its output is checked against
+    SDPA's once (rel L2 logged and stored in the timing's 'how')."""
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    try:
+        import tilegym_flash_decode as tg
+        x = copies[0]
+        got = tg.fmha_decode(x["qs"], x["ks"], x["vs"], None).float()
+        ref = F.scaled_dot_product_attention(x["qs"], x["ks"], x["vs"],
+                                             enable_gqa=c["Hq"] != c["Hkv"]).float()
+        err = float(((got - ref).norm() / ref.norm()).item())
+        ms, how = _graph_time([lambda x=x: tg.fmha_decode(x["qs"], x["ks"], x["vs"], None)
+                               for x in copies])
+        return {"tilegym": (ms, f"{how} rel_l2_vs_sdpa={err:.1e}")}
+    except Exception as e:  # noqa: BLE001 -- recorded
+        log(f"tilegym: {type(e).__name__}: {str(e)[:200]}")
+        return {"tilegym": (float("nan"), f"error {type(e).__name__}: {str(e)[:200]}")}
+
+
+def _copy_same(nbytes, n, dev):
+    """A device-to-device copy moving the case's bytes (half read, half written), over
+    the same number of rotated buffers, timed the same way: the ceiling of a stream this
+    short (launch and ramp included), beside the 2 GiB copy's."""
+    import torch
+    half = max(int(nbytes) // 2, 1)
+    bufs = [(torch.empty(half, dtype=torch.uint8, device=dev),
+             torch.empty(half, dtype=torch.uint8, device=dev)) for _ in range(n)]
+    ms, how = _graph_time([lambda a=a, b=b: b.copy_(a) for a, b in bufs])
+    del bufs
+    return ms, how
 
 
 # ------------------------------------------------------------------------------ varlen
@@ -504,6 +590,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128):
         flop = sum(4.0 * Hq * n * n * D for n in lens) / (2 if causal else 1)
         fns = {
             "varlen": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal),
+            "varlen_qt": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal,
+                                                  tiles={"QT_FIRST": 1}),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)
                                      for a, b_, c in seqs],
@@ -562,8 +650,8 @@ def summary(rows, copy_gbs) -> str:
                   f"'/ 3.02': the fraction of the issue's 3.02 TB/s copy figure; 'paged / "
                   f"contig': spak paged over spak contiguous, same shape, same run", "",
                   "| shape | spak GB/s | / copy | / 3.02 | best SDPA GB/s | SDPA / copy | "
-                  "spak / best SDPA | paged / contig |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "spak / best SDPA | paged / contig | TileGym GB/s | same-size copy GB/s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         sdpa, contig = {}, {}
         for r in times:
             if r["page"] == 0:
@@ -577,7 +665,8 @@ def summary(rows, copy_gbs) -> str:
                 else float("nan")
             lines.append(f"| {r['label']} | {g['spak']:.0f} | {g['spak'] / copy_gbs:.2f} | "
                          f"{g['spak'] / 3020:.2f} | {sd:.0f} | {sd / copy_gbs:.2f} | "
-                         f"{g['spak'] / sd:.2f} | {ratio:.2f} |")
+                         f"{g['spak'] / sd:.2f} | {ratio:.2f} | {g.get('tilegym', float('nan')):.0f}"
+                         f" | {g.get('copy-same', float('nan')):.0f} |")
     vt = [r for r in rows if r["kind"] == "varlen_time"]
     if vt:
         names = list(vt[0]["tflops"])
@@ -674,7 +763,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--skip-checks", action="store_true")
-    ap.add_argument("--grid", choices=("full", "focus"), default="full")
+    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal"), default="full")
     ap.add_argument("--varlen", action="store_true")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -697,7 +786,8 @@ def main(argv=None) -> int:
               argv=sys.argv[1:]))
     log(f"{rows[-1]}")
     problems = [] if args.skip_checks else check_problems(args.quick)
-    grid = focus_grid() if args.grid == "focus" else timing_grid(args.quick)
+    grid = {"focus": focus_grid, "tune": tune_grid, "goal": goal_grid}.get(
+        args.grid, lambda: timing_grid(args.quick))()
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
     tasks = [("check", p.case_id) for p in problems]

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from .kernels import decode as _decode
+from .variants import with_hints
 from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_head_dims,
                    _check_inputs, _check_int, _check_scale, _dtype_name, _launch, _shape,
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
@@ -41,11 +42,17 @@ __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen
            "VARLEN_TILE_KEYS", "PAGE_MODES", "MAX_SPLITS", "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
-#: positions x packed heads) one block holds, and how a paged tile of several pages is
-#: read (PAGE_MODES; pages >= TILE_N: one box anyway).
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
-#: Config keys of a varlen `tiles` dict: query rows per block, keys per step.
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N")
+#: positions x packed heads) one block holds, how a paged tile of several pages is
+#: read (PAGE_MODES; pages >= TILE_N: one box anyway), and the split kernel's occupancy
+#: hint (0: the compiler's choice, which on sm_90 is 256 threads x 255 registers, one
+#: block per SM; 2: 128 threads, two blocks per SM).
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY")
+#: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
+#: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
+#: causal, as spak.fmha; 0: the head tile fastest).
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
+#: OCCUPANCY values a decode tiles dict accepts (0: no hint)
+OCCUPANCIES = (0, 1, 2, 3, 4)
 #: PAGE_MODE values: one box per page concatenated into the tile; one gathered load per
 #: tile (ct.load_advanced_indexing over the page ids). H100, 16-key pages, 128-key tiles
 #: (results/decode-h100-2026-11-24, run 5): gather 0.93-1.13 of contiguous, boxes
@@ -78,7 +85,8 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     system), 64 beyond; pages smaller than a tile in one gathered load (PAGE_MODE 1).
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
-    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1}
+    return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
+            "OCCUPANCY": 0}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -86,7 +94,7 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
     (gpu.plan.default_tiles), so the two compare tile for tile."""
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
-    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"]}
+    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 0}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -152,8 +160,9 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     causal: bottom-right (query i of a sequence of length L sees keys j <= i + L - Sq);
     only matters for Sq > 1. scale: default 1/sqrt(D), any finite number.
     num_splits: None (choose_num_splits) or an int in [1, MAX_SPLITS].
-    tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0, 1
-    or 2 (PAGE_MODES)}; default default_decode_tiles(D). With a paged cache of pages
+    tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0 or 1
+    (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none)};
+    default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
     Returns [] when there is nothing to compute (B, Sq or Hq is 0).
@@ -162,7 +171,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
@@ -175,9 +184,10 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     bt = cache_seqlens if block_table is None else block_table   # never read when contiguous
     d_t, dv_t = _tile_width(D), _tile_width(Dv)
     mode = page_mode if 0 < page < tn else 0
+    split_kernel = with_hints(_decode.decode_split_kernel, occupancy=occ or None)
     if splits == 1:
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
-        return [_launch(_decode.decode_split_kernel, (tiles_qh, 1, B),
+        return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
                          scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal),
                         "decode")]
@@ -187,7 +197,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     mx = alloc((B, Sq, Hq, splits), "float32")
     lx = alloc((B, Sq, Hq, splits), "float32")
     splits_t, cdv = combine_tiles(splits, Dv)
-    return [_launch(_decode.decode_split_kernel, (tiles_qh, splits, B),
+    return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
                      scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal),
                     "decode.split"),
@@ -238,7 +248,7 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tm, tn = _check_varlen_tiles(tiles, D, arch, causal)
+    tm, tn, qt_first = _check_varlen_tiles(tiles, D, arch, causal)
     B = cq[0] - 1
     if B == 0 or Tq == 0 or Hq == 0 or max_q == 0 or Tk == 0:
         return []
@@ -248,14 +258,15 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     grid = ((Hq // gt) * -(-max_q // sq_t), 1, B)
     return [_launch(_decode.varlen_kernel, grid,
                     (q, k, v, cu_seqlens_q, cu_seqlens_k, out, scale, _tile_width(D),
-                     _tile_width(Dv), sq_t, gt, tn, causal), "varlen")]
+                     _tile_width(Dv), sq_t, gt, tn, causal, bool(qt_first)), "varlen")]
 
 
 def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
     t = merge_tiles(tiles, default_varlen_tiles(head_dim, arch, causal), VARLEN_TILE_KEYS,
                     f"keys {VARLEN_TILE_KEYS} or None", _type_name)
-    check_pow2_tiles(t, VARLEN_TILE_KEYS)
-    return t["TILE_M"], t["TILE_N"]
+    check_pow2_tiles(t, ("TILE_M", "TILE_N"))
+    qt_first = _check_int("tiles['QT_FIRST']", t["QT_FIRST"], 0, 1)
+    return t["TILE_M"], t["TILE_N"], qt_first
 
 
 # --------------------------------------------------------------------------------------
@@ -312,13 +323,14 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
+    occ = _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, max(OCCUPANCIES))
     g = t["PAGE_MODE"]
     mode = _check_int("tiles['PAGE_MODE']", g, 0, max(PAGE_MODES))
     tn = int(t["TILE_N"])
     if page and mode == 0 and tn > 8 * page:
         raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page} "
                          f"with tiles['PAGE_MODE'] = 0")
-    return tn, int(t["MAX_ROWS"]), mode
+    return tn, int(t["MAX_ROWS"]), mode, occ
 
 
 def _resolve_alloc(alloc, q):

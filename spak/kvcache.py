@@ -21,8 +21,9 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
   (the queries are the last Sq tokens); rows with no key give zeros. No effect at Sq = 1.
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
-  {"TILE_N", "MAX_ROWS", "PAGE_MODE"} (gpu.plan_decode: keys per step, most query rows per
-  block, how a tile of several pages is read).
+  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY"} (gpu.plan_decode: keys per step, most
+  query rows per block, how a tile of several pages is read, the split kernel's occupancy
+  hint).
 
 Returns [B, Sq, Hq, Dv] in q's dtype. Forward only. Registered as the custom op
 ``torch.ops.spak.fmha_kvcache`` (with a fake implementation) for torch.compile; it
@@ -47,8 +48,9 @@ __all__ = ["fmha_kvcache", "validate"]
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE")
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY")
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
+OCCUPANCIES = (0, 1, 2, 3, 4)        # = gpu.plan_decode.OCCUPANCIES
 
 
 # --------------------------------------------------------------------------- validation
@@ -114,7 +116,8 @@ def _check_options(is_causal, num_splits, tiles):
         if not 1 <= num_splits <= MAX_SPLITS:
             raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
     return check_tiles(tiles, TILE_KEYS, "{'TILE_N': int, 'MAX_ROWS': int}",
-                       {"PAGE_MODE": (PAGE_MODES, "boxes, gather")})
+                       {"PAGE_MODE": (PAGE_MODES, "boxes, gather"),
+                        "OCCUPANCY": (OCCUPANCIES, "0: the compiler's choice")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -156,13 +159,13 @@ _PLANS: dict = {}
 
 
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode):
+          tile_n, max_rows, page_mode, occupancy):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
     key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
            None if block_table is None else block_table.shape,
-           is_causal, scale, num_splits, tile_n, max_rows, page_mode)
+           is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -177,7 +180,7 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
     launches = plan_decode(q, k_cache, v_cache, lens, out, block_table=block_table,
                            causal=is_causal, scale=scale, num_splits=num_splits or None,
                            tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
-                                  "PAGE_MODE": page_mode},
+                                  "PAGE_MODE": page_mode, "OCCUPANCY": occupancy},
                            num_sms=_num_sms(q.device.index), alloc=alloc)
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
@@ -228,7 +231,7 @@ def _arg(a, work, tensors):
 def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
-          page_mode: int) -> torch.Tensor:
+          page_mode: int, occupancy: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -241,7 +244,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     if bt is not None and bt.dtype != torch.int32:
         bt = bt.to(torch.int32)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
-                              num_splits, tile_n, max_rows, page_mode)
+                              num_splits, tile_n, max_rows, page_mode, occupancy)
     # one workspace allocation per call, through torch's caching allocator (and its
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
@@ -274,7 +277,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode):
+          tile_n, max_rows, page_mode, occupancy):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
@@ -300,7 +303,7 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
                                    device=q.device)
     args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
             1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
-            cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"])
+            cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd

@@ -164,7 +164,7 @@ def test_varlen_custom_op_fake_shape():
     with FakeTensorMode():
         out = torch.ops.spak.fmha_varlen(_t(10, 4, 64), _t(12, 2, 64), _t(12, 2, 32),
                                          _i32(0, 4, 10), _i32(0, 5, 12), 6, 7, True, 0.125,
-                                         64, 64)
+                                         64, 64, 0)
     assert tuple(out.shape) == (10, 4, 32) and out.dtype == torch.float16
 
 

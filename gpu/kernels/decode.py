@@ -93,17 +93,24 @@ def varlen_kernel(Q, K, V, CuQ, CuK, Out,
                   SQ_T: ConstInt,               # query rows (positions) per block
                   GT: ConstInt,                 # query heads per block, one kv head
                   TILE_N: ConstInt,
-                  CAUSAL: ConstBool):
+                  CAUSAL: ConstBool,
+                  QT_FIRST: ConstBool = False):  # query tile the fastest block index
     """Attention over a packed variable-length batch (FlashAttention's varlen layout):
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
 
-    Grid (Hq/GT * cdiv(max_seqlen_q, SQ_T), 1, B). Each block views its sequence's rows
+    Grid (Hq/GT * cdiv(max_seqlen_q, SQ_T), 1, B): the head tile the fastest index, or
+    with QT_FIRST the query tile (spak.fmha's order), taken longest first when causal (a
+    causal block's work grows with its tile index: the long ones start in the first
+    wave, the short ones fill the last). Each block views its sequence's rows
     as arrays of their own (Array.slice), so every load and store is bounded by the
     sequence: rows and keys past its end read as zeros and are never written, and the
     block reuses the decode kernel's key loop (_attend, one split) with Lq queries
     against Lk keys. Causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq."""
-    t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[1], K.shape[1], GT)
+    if QT_FIRST:
+        t, qt, kv_h = _tile_coords_qt(ct.bid(0), Q.shape[1], K.shape[1], GT, CAUSAL)
+    else:
+        t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[1], K.shape[1], GT)
     b = ct.bid(2)
     q0, lq = _segment(CuQ, b, Q.shape[0])
     k0, lk = _segment(CuK, b, K.shape[0])
@@ -196,6 +203,20 @@ def _tile_coords(bid, num_heads, num_kv_heads, GT):
     t = bid % num_tiles
     group = num_heads // num_kv_heads
     return t, bid // num_tiles, (t * GT) // group
+
+
+def _tile_coords_qt(bid, num_heads, num_kv_heads, GT, LONGEST_FIRST):
+    """(head tile, query tile, kv head) with the query tile the fastest index (the varlen
+    grid's x is num_heads // GT head tiles times the query tiles); reversed when
+    LONGEST_FIRST, so the last query tiles (most keys under a causal mask) start first."""
+    num_tiles = num_heads // GT
+    num_qt = ct.num_blocks(0) // num_tiles
+    qt = bid % num_qt
+    if LONGEST_FIRST:
+        qt = num_qt - 1 - qt
+    t = bid // num_qt
+    group = num_heads // num_kv_heads
+    return t, qt, (t * GT) // group
 
 
 def _row_index(qt, t, SQ_T, GT):
