@@ -346,10 +346,40 @@ def _scan_cases(rng):
     return out
 
 
-def build_cases(seed=2026, n_unary=3072):
+def _extra_cases(rng):
+    """--extra (issue 19 remainder): half-precision sums of loaded tiles and fp16/bf16
+    scans, whose orders the fp32 SASS reading did not cover."""
+    out = []
+    for tm, tn, axis, dt in ((16, 128, 1, "bf16"), (4, 1024, 1, "bf16"), (64, 64, 0, "bf16"),
+                             (4, 1024, 1, "fp16"), (64, 64, 0, "fp16")):
+        g = 2
+        x = rng.standard_normal((g * tm, tn))
+        if dt == "fp16":
+            x, bf = x.astype(np.float16), set()
+        else:
+            x, bf = _bf16(x), {"x", "y"}
+        kern, yshape, args = (row_sum, (g * tm,), [tm, tn]) if axis == 1 else \
+            (col_sum, (g, tn), [tm, tn])
+        out.append(Case(f"{'row' if axis else 'col'}_sum {tm}x{tn} {dt}", "sum half (extra)", kern,
+                        (g,), [("in", "x"), ("out", "y")] + args,
+                        {"x": x, "y": np.zeros(yshape, x.dtype)}, bf16=bf))
+    g, tm, tn = 1, 8, 256
+    for name, ax, prod, dt in (("cumsum fp16 axis 1", 1, 0, "fp16"), ("cumsum fp16 axis 0", 0, 0, "fp16"),
+                               ("cumsum bf16 axis 1", 1, 0, "bf16"), ("cumsum bf16 axis 0", 0, 0, "bf16"),
+                               ("cumprod fp16 axis 1", 1, 1, "fp16"), ("cumprod bf16 axis 1", 1, 1, "bf16")):
+        x = (1 + 0.01 * rng.standard_normal((g * tm, tn))) if prod else 0.25 * rng.standard_normal((g * tm, tn))
+        x, bf = (x.astype(np.float16), set()) if dt == "fp16" else (_bf16(x), {"x", "y"})
+        out.append(Case(name, "scan half (extra)", scan, (g,),
+                        [("in", "x"), ("out", "y"), ax, 0, prod, tm, tn],
+                        {"x": x, "y": np.zeros_like(x)}, bf16=bf))
+    return out
+
+
+def build_cases(seed=2026, n_unary=3072, extra=False):
     rng = np.random.default_rng(seed)
-    return (_unary_cases(rng, n_unary) + _sum_cases(rng) + _matmul_cases(rng)
-            + _memory_cases(rng) + _scan_cases(rng))
+    cases = (_unary_cases(rng, n_unary) + _sum_cases(rng) + _matmul_cases(rng)
+             + _memory_cases(rng) + _scan_cases(rng))
+    return cases + (_extra_cases(np.random.default_rng(seed + 1)) if extra else [])
 
 
 # ---------------------------------------------------------------------------- backends
@@ -384,10 +414,11 @@ def run_sim(case, model="sm_90"):
 
 # ------------------------------------------------------------------------------ record
 
-def record(out: Path, backend: str, seed: int, n_unary: int) -> int:
+def record(out: Path, backend: str, seed: int, n_unary: int, extra: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    cases = build_cases(seed, n_unary)
+    cases = build_cases(seed, n_unary, extra)
     store, meta = {}, {"seed": seed, "n_unary": n_unary, "backend": backend, "cases": {},
+                       "extra": extra,
                        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                        "commit": os.environ.get("SPAK_COMMIT", "unknown")}
     if backend == "gpu":
@@ -458,7 +489,7 @@ def _ordered(v):
 def load_recorded(d: Path):
     meta = json.loads((d / META).read_text())
     data = np.load(d / NPZ)
-    cases = build_cases(meta["seed"], meta["n_unary"])
+    cases = build_cases(meta["seed"], meta["n_unary"], meta.get("extra", False))
     for case in cases:
         refs = meta["cases"][case.name]["inputs"]
         for key in case.arrays:
@@ -517,9 +548,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="--check: cases or families containing this")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--n-unary", type=int, default=3072, help="inputs per unary op (multiple of 1024)")
+    ap.add_argument("--extra", action="store_true",
+                    help="--record: also half-precision sums and scans (issue 19 remainder)")
     args = ap.parse_args(argv)
     if args.record:
-        return record(Path(args.record), args.backend, args.seed, args.n_unary)
+        return record(Path(args.record), args.backend, args.seed, args.n_unary, args.extra)
     return check(Path(args.check), args.model, args.only)
 
 

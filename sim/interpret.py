@@ -24,7 +24,7 @@ import cuda.tile as ct
 from . import dtypes
 from .memory import SimArray
 
-_state = {"real": None, "options": {}, "stream": None}
+_state = {"real": None, "options": {}, "stream": None, "is_cuda": False}
 
 
 # what host code asking torch.cuda about "the GPU" hears while a model is simulated:
@@ -34,14 +34,20 @@ _GPUS = {"sm_90": ((9, 0), 132, "H100 (spak sim sm_90)"),
          "sm_89": ((8, 9), 58, "L4 (spak sim sm_89)")}
 
 
-def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True) -> None:
+def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
+           tensor_is_cuda=None) -> None:
     """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
 
     cpu_stream: on a torch without CUDA, the host-side queries GPU code makes answer as
     the simulated GPU until disable(): `torch.cuda.current_stream()` gives None (what
     NVIDIA's samples pass to ct.launch), `get_device_capability()` the model's arch
     (sm_90: (9, 0)) and `get_device_properties()` its name and SM count.
-    `torch.cuda.is_available()` stays False."""
+    `torch.cuda.is_available()` stays False.
+
+    tensor_is_cuda: also make `tensor.is_cuda` answer True for CPU tensors until
+    disable(), so host code that refuses non-CUDA tensors (`if not x.is_cuda: raise`, as
+    most of NVIDIA's samples do) runs unchanged; off by default, on with
+    SPAK_SIM_IS_CUDA=1 (torch's own C++ code never reads this Python attribute)."""
     if _state["real"] is None:
         _state["real"] = (ct.launch, ct.tune.exhaustive_search)
     _state["options"] = {"model": model, "check": check, "mode": mode}
@@ -49,6 +55,21 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True) -> None:
     ct.tune.exhaustive_search = exhaustive_search
     if cpu_stream and _state["stream"] is None:
         _shim_torch_cuda(model if isinstance(model, str) else getattr(model, "name", "sm_90"))
+    if tensor_is_cuda is None:
+        tensor_is_cuda = os.environ.get("SPAK_SIM_IS_CUDA", "") not in ("", "0")
+    if tensor_is_cuda and not _state["is_cuda"]:
+        _shim_is_cuda()
+
+
+def _shim_is_cuda():
+    try:
+        import torch  # lazily, as _shim_torch_cuda
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        return                  # real CUDA tensors exist: keep the truth
+    torch.Tensor.is_cuda = property(lambda self: True)
+    _state["is_cuda"] = True
 
 
 _SHIMMED = ("current_stream", "get_device_capability", "get_device_properties")
@@ -81,6 +102,10 @@ def disable() -> None:
         for n, f in _state["stream"].items():
             setattr(torch.cuda, n, f)
         _state["stream"] = None
+    if _state["is_cuda"]:
+        import torch
+        del torch.Tensor.is_cuda      # torch's own property (on TensorBase) answers again
+        _state["is_cuda"] = False
 
 
 def is_enabled() -> bool:
@@ -128,6 +153,8 @@ def _is_torch_tensor(a) -> bool:
 
 
 def _as_sim(a, i, write_back):
+    if isinstance(a, (list, tuple)) and a and all(_is_torch_tensor(x) for x in a):
+        return [_as_sim(x, i, write_back) for x in a]      # a list of arrays argument
     if not _is_torch_tensor(a):
         return a
     if a.device.type != "cpu":

@@ -141,12 +141,32 @@ def _bind_args(names, const, wide, args, kname):
             bound.append(np.float32(a))      # a float kernel argument is float32 on the GPU
         elif isinstance(a, np.generic):
             bound.append(a)
+        elif _array_list(a):
+            # a list of arrays (TileGym's group GEMM passes As, Bs, Cs): the kernel indexes
+            # it with Python ints and takes len() of it, as cuTile allows
+            bound.append(tuple(_bind_one(x, f"{name}[{i}]", seen) for i, x in enumerate(a)))
+            arrays.extend(x for x in bound[-1] if x not in arrays)
+            continue
         else:
             raise TypeError(f"sim.launch: argument '{name}' of type {type(a).__name__} is not "
-                            "supported (numpy arrays, sim.SimArray, python scalars)")
+                            "supported (numpy arrays, sim.SimArray, lists of them, python scalars)")
         if isinstance(bound[-1], SimArray) and bound[-1] not in arrays:
             arrays.append(bound[-1])
     return bound, arrays
+
+
+def _array_list(a) -> bool:
+    return isinstance(a, (list, tuple)) and len(a) > 0 and all(
+        isinstance(x, (SimArray, np.ndarray)) for x in a)
+
+
+def _bind_one(a, name, seen):
+    if isinstance(a, SimArray):
+        return seen.setdefault(id(a.data), a)
+    arr = seen.get(id(a))
+    if arr is None:
+        arr = seen[id(a)] = SimArray(a, name=name)
+    return arr
 
 
 def _grid3(grid):

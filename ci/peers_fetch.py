@@ -1,0 +1,67 @@
+"""Copy NVIDIA's cuTile programs into .peers/ (ignored by git, never vendored into the
+package) for ci/samples_gpu.py: the single-GPU samples of NVIDIA/cutile-python and the
+Python sources of NVIDIA/TileGym's package (its ops/cutile kernels and the host code they
+import), each file as it is in the named commit. .peers/SOURCES.json records repo, commit
+and files; carry the folder on a GPU run (carry: [".carry", ".peers"]).
+
+    python ci/peers_fetch.py                      # from the fetch tool's mirrors
+    python ci/peers_fetch.py --mirror /path/to/mirrors
+
+A mirror is a bare git directory (the `fetch` tool's /work/.mirror/OWNER+NAME/repo).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEST = ROOT / ".peers"
+
+# (repo, folder in the repo, folder under .peers, paths to leave out: what the programs
+# never import and that would only add size: other backends, Rust, C++ and tests)
+SOURCES = [
+    ("NVIDIA/cutile-python", "samples", "samples",
+     ("samples/templates/", "samples/test_samples.py")),
+    ("NVIDIA/TileGym", "src/tilegym", "tilegym",
+     ("src/tilegym/ops/triton/", "src/tilegym/ops/cutile_rs/", "src/tilegym/ops/tilecpp/",
+      "src/tilegym/kernel_inventory/")),
+]
+
+
+def _git(gitdir: Path, *args) -> bytes:
+    return subprocess.run(["git", "--git-dir", str(gitdir), *args], check=True,
+                          capture_output=True).stdout
+
+
+def copy_repo(mirror: Path, repo: str, folder: str, dest: str, skip) -> dict:
+    gitdir = mirror / repo.replace("/", "+") / "repo"
+    commit = _git(gitdir, "rev-parse", "HEAD").decode().strip()
+    names = _git(gitdir, "ls-tree", "-r", "--name-only", commit, folder).decode().split("\n")
+    files = [n for n in names if n.endswith(".py") and not n.startswith(tuple(skip))]
+    for name in files:
+        out = DEST / dest / name[len(folder) + 1:]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(_git(gitdir, "show", f"{commit}:{name}"))
+    return {"repo": repo, "commit": commit, "folder": folder, "into": dest, "files": files}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mirror", default="/work/.mirror", help="folder of OWNER+NAME/repo mirrors")
+    args = ap.parse_args(argv)
+    DEST.mkdir(exist_ok=True)
+    rec = [copy_repo(Path(args.mirror), *s) for s in SOURCES]
+    (DEST / "SOURCES.json").write_text(json.dumps(rec, indent=1))
+    size = sum(f.stat().st_size for f in DEST.rglob("*") if f.is_file())
+    for r in rec:
+        print(f"{r['repo']}@{r['commit'][:7]}: {len(r['files'])} files -> .peers/{r['into']}")
+    print(f".peers: {size / 1e6:.2f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
