@@ -112,6 +112,7 @@ def _arrays(**over):
     ({}, dict(tiles={"TILE_M": 64}), ValueError, "unknown keys"),
     ({}, dict(tiles={"TILE_N": 48}), ValueError, "power of two"),
     ({}, dict(tiles={"PAGE_MODE": 2}), ValueError, "PAGE_MODE"),
+    ({}, dict(tiles={"OCCUPANCY": 5}), ValueError, "OCCUPANCY"),
     ({}, dict(causal=1), TypeError, "causal must be a bool"),
     ({}, dict(scale=float("nan")), ValueError, "scale"),
 ])
@@ -139,6 +140,21 @@ def test_row_tiles_and_split_choice():
     # ... but at 8k keys the combine's traffic (half the K/V bytes at most) caps it
     assert choose_num_splits(1, 64, 132, kv_bytes=8192 * 512, **kw) == 63
     assert choose_num_splits(1, 1, 132, kv_bytes=128 * 512, **kw) == 1     # one key tile
+
+
+def test_occupancy_hint_builds_the_hinted_split_kernel_only():
+    """OCCUPANCY swaps the split kernel for its hinted variant (the same source: the
+    simulator runs the raw function) and leaves the combine alone; 0 is no hint."""
+    from spak.gpu.kernels import decode as dk
+    from spak.gpu.plan_decode import plan_decode
+    a = _arrays()
+    args = (a["q"], a["k"], a["v"], a["lens"], a["out"])
+    plain = plan_decode(*args, num_splits=2, tiles={"OCCUPANCY": 0})
+    hinted = plan_decode(*args, num_splits=2, tiles={"OCCUPANCY": 2})
+    assert plain[0].kernel is dk.decode_split_kernel
+    assert hinted[0].kernel is not dk.decode_split_kernel
+    assert hinted[0].kernel._compiler_options.occupancy == 2
+    assert hinted[1].kernel is plain[1].kernel is dk.decode_combine_kernel
 
 
 def test_page_modes_are_bitwise_identical_on_the_simulator():
