@@ -153,7 +153,22 @@ VARLEN_CHECKS = [([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, True),
                  ([129, 1, 64], [129, 1, 64], 16, 16, 80, True)]
 
 
-def check_problems(quick: bool):
+#: --checks few: small cases over every code path the defaults take (MQA/GQA/MHA, Sq 1
+#: and 4, causal, ragged lengths with 0 and 1, 16/64-key pages, splits 1 and many)
+FEW_CHECKS = ["2x8:2x100x64/noncausal/lens=37:100/splits=2/fp16",
+              "2x8:1x4:77x64/causal/page16/lens=77:5/splits=3/bf16",
+              "4x8:1x300x64/noncausal/page16/lens=0:1:17:300/fp16",
+              "1x32:1x2048x128/noncausal/fp16", "1x32:1x4:2048x128/causal/page16/fp16",
+              "2x32:8x1000x128/noncausal/lens=1000:517/fp16",
+              "1x32:4x600x128/noncausal/page64/splits=5/fp16",
+              "2x32x2048x128/noncausal/lens=2048:1500/bf16",
+              "1x8:1x12800x64/noncausal/splits=200/fp16"]
+
+
+def check_problems(quick: bool, few: bool = False):
+    if few:
+        from spak.families.fmha_decode import FAMILY
+        return [FAMILY.parse(c) for c in FEW_CHECKS]
     from spak.families.fmha_decode import FAMILY
     extras = [] if quick else [
         "1x32:8x8192x128/page16/lens=8000", "4x32:8x4:4096x128/causal/page256/lens=4096:3000:17:1",
@@ -763,6 +778,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--few-checks", action="store_true", help="FEW_CHECKS only")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal"), default="full")
     ap.add_argument("--varlen", action="store_true")
     args = ap.parse_args(argv)
@@ -785,7 +801,7 @@ def main(argv=None) -> int:
               torch=torch.__version__, commit=commit_label(), date=time.strftime("%Y-%m-%d %H:%M"),
               argv=sys.argv[1:]))
     log(f"{rows[-1]}")
-    problems = [] if args.skip_checks else check_problems(args.quick)
+    problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "goal": goal_grid}.get(
         args.grid, lambda: timing_grid(args.quick))()
     if not args.no_warm:
