@@ -793,7 +793,7 @@ def _seed(base, name):
     return base + sum(ord(ch) * (i + 1) for i, ch in enumerate(name)) % 100003
 
 
-def record(out: Path, backend: str, seed: int, only) -> int:
+def record(out: Path, backend: str, seed: int, only, deadline=None) -> int:
     import torch
     peers_on_path()
     out.mkdir(parents=True, exist_ok=True)
@@ -811,7 +811,12 @@ def record(out: Path, backend: str, seed: int, only) -> int:
                        "torch": torch.__version__}
     for k, v in (_versions(torch, backend)).items():
         meta[k] = v
+    start = time.perf_counter()
     for p in select(only):
+        if deadline and time.perf_counter() - start > deadline:
+            meta["programs"][p.name] = {"error": "skipped: --deadline reached", "launches": [],
+                                        "outputs": {}, "inputs": {}, "seconds": 0}
+            continue
         if backend != "gpu":
             from spak import sim
             sim.enable(check=p.check, tensor_is_cuda=True)
@@ -1029,13 +1034,15 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="programs whose name contains one of these (a,b)")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--json", default=None, help="--check: also write the rows here")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="--record: skip the programs left after this many seconds (then save)")
     args = ap.parse_args(argv)
     if args.list:
         for p in PROGRAMS:
             print(f"{p.name:<28} {p.source}")
         return 0
     if args.record:
-        return record(Path(args.record), args.backend, args.seed, args.only)
+        return record(Path(args.record), args.backend, args.seed, args.only, args.deadline)
     return check(Path(args.check), args.only, args.json)
 
 
