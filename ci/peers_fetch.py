@@ -2,7 +2,8 @@
 package) for ci/samples_gpu.py: the single-GPU samples of NVIDIA/cutile-python and the
 Python sources of NVIDIA/TileGym's package (its ops/cutile kernels and the host code they
 import), each file as it is in the named commit. .peers/SOURCES.json records repo, commit
-and files; carry the folder on a GPU run (carry: [".carry", ".peers"]).
+and files. For a GPU run it also packs them into .peers_pack/peers.tar.xz (carry:
+[".carry", ".peers_pack"], then `tar xJf .peers_pack/peers.tar.xz` there).
 
     python ci/peers_fetch.py                      # from the fetch tool's mirrors
     python ci/peers_fetch.py --mirror /path/to/mirrors
@@ -19,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEST = ROOT / ".peers"
+PACK = ROOT / ".peers_pack"
 
 # (repo, folder in the repo, folder under .peers, paths to leave out: what the programs
 # never import and that would only add size: other backends, Rust, C++ and tests)
@@ -27,7 +29,7 @@ SOURCES = [
      ("samples/templates/", "samples/test_samples.py")),
     ("NVIDIA/TileGym", "src/tilegym", "tilegym",
      ("src/tilegym/ops/triton/", "src/tilegym/ops/cutile_rs/", "src/tilegym/ops/tilecpp/",
-      "src/tilegym/kernel_inventory/")),
+      "src/tilegym/kernel_inventory/", "src/tilegym/suites/", "src/tilegym/transformers/")),
 ]
 
 
@@ -56,10 +58,16 @@ def main(argv=None) -> int:
     DEST.mkdir(exist_ok=True)
     rec = [copy_repo(Path(args.mirror), *s) for s in SOURCES]
     (DEST / "SOURCES.json").write_text(json.dumps(rec, indent=1))
-    size = sum(f.stat().st_size for f in DEST.rglob("*") if f.is_file())
+    # the copy that travels: one .tar.xz (the tree sent to a GPU machine is capped at 64 MiB)
+    import tarfile
+    PACK.mkdir(exist_ok=True)
+    with tarfile.open(PACK / "peers.tar.xz", "w:xz") as tar:
+        tar.add(DEST, arcname=".peers", filter=lambda t: None if "__pycache__" in t.name else t)
+    size = (PACK / "peers.tar.xz").stat().st_size
     for r in rec:
         print(f"{r['repo']}@{r['commit'][:7]}: {len(r['files'])} files -> .peers/{r['into']}")
-    print(f".peers: {size / 1e6:.2f} MB")
+    print(f".peers_pack/peers.tar.xz: {size / 1e6:.2f} MB (on the GPU machine: "
+          "tar xJf .peers_pack/peers.tar.xz)")
     return 0
 
 
