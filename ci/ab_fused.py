@@ -14,8 +14,10 @@ for huge logits in 2afcd18) gets ours, and --general NAME also runs that peer wi
 RAW_MAX=False. Peers whose output differs from ours bit for bit
 are named (expected only for a different arithmetic). A peer module may define
 `peer_grid(grid[, config])`: its launch grid from ours (a peer that maps blocks to work
-differently; config: the tile sizes, occupancy and num_ctas), and `peer_config(config, D)`:
-its own tile config instead of ours (its bits then differ from ours by the summation order).
+differently; config: the tile sizes, occupancy and num_ctas), `peer_config(config, D)`:
+its own tile config instead of ours (its bits then differ from ours by the summation order),
+and `peer_args(ours)`: its argument tuple from ours by name (a kernel with another
+signature, e.g. NVIDIA's cuTile sample through ci/peers/ab_sample.py).
 Prints ratios per shape and geometric means.
 """
 from __future__ import annotations
@@ -125,7 +127,10 @@ def main(argv=None):
                             peer.peer_config({**tiles, **hints}, spec.D))
                         L = apply_hints(plan_torch("fused", q, k, v, o, causal=spec.causal,
                                                    scale=scale, tiles=p_tiles), p_hints)
-                    a = _peer_args(L[0], peer.fmha_fwd_kernel, **extra)
+                    if hasattr(peer, "peer_args"):    # a kernel with another signature
+                        a = peer.peer_args(dict(zip(_params(L[0].kernel), L[0].args)))
+                    else:
+                        a = _peer_args(L[0], peer.fmha_fwd_kernel, **extra)
                     grid = _peer_grid(peer, L[0].grid, {**p_tiles, **p_hints})
                     L = [dataclasses.replace(L[0], kernel=with_hints(peer.fmha_fwd_kernel,
                                                                      **p_hints), args=a,
