@@ -165,6 +165,13 @@ FEW_CHECKS = ["2x8:2x100x64/noncausal/lens=37:100/splits=2/fp16",
               "1x8:1x12800x64/noncausal/splits=200/fp16"]
 
 
+#: the occupancy hint 2 (128-thread blocks: other register layouts, other reduction
+#: orders possible) against the simulator on the same cases
+OCC_CHECKS = [(c, {"OCCUPANCY": 2}) for c in FEW_CHECKS[:7]] + [
+    (FEW_CHECKS[3], {"OCCUPANCY": 2, "MAX_ROWS": 16}),
+    ("1x32:1x4:2048x128/causal/fp16", {"OCCUPANCY": 2, "MAX_ROWS": 128})]
+
+
 def check_problems(quick: bool, few: bool = False):
     if few:
         from spak.families.fmha_decode import FAMILY
@@ -272,7 +279,7 @@ def warm_up(problems, grid, jobs, log, varlen=False):
     specs = [("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D, page=p.page,
                             dtype=p.dtype, causal=p.causal, splits=p.splits))
              for p in problems]
-    for case, tiles in (MODE_CHECKS if problems else []):
+    for case, tiles in ((MODE_CHECKS + OCC_CHECKS) if problems else []):
         p = FAMILY.parse(case)
         specs.append(("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D,
                                     page=p.page, dtype=p.dtype, causal=p.causal,
@@ -807,7 +814,8 @@ def main(argv=None) -> int:
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
     tasks = [("check", p.case_id) for p in problems]
-    tasks += [("check", c, t) for c, t in MODE_CHECKS] if problems else []
+    extra_checks = MODE_CHECKS + (OCC_CHECKS if args.few_checks else [])
+    tasks += [("check", c, t) for c, t in extra_checks] if problems else []
     tasks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     tasks += [("graph",)] if problems else []
     tasks += [("copy",)] + [("time", c) for c in grid]
