@@ -786,6 +786,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--few-checks", action="store_true", help="FEW_CHECKS only")
+    ap.add_argument("--checks-last", action="store_true",
+                    help="the plain checks after the timings (a time limit cuts checks)")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal"), default="full")
     ap.add_argument("--varlen", action="store_true")
     args = ap.parse_args(argv)
@@ -813,13 +815,14 @@ def main(argv=None) -> int:
         args.grid, lambda: timing_grid(args.quick))()
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
-    tasks = [("check", p.case_id) for p in problems]
+    checks = [("check", p.case_id) for p in problems]
     extra_checks = MODE_CHECKS + (OCC_CHECKS if args.few_checks else [])
-    tasks += [("check", c, t) for c, t in extra_checks] if problems else []
-    tasks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
-    tasks += [("graph",)] if problems else []
-    tasks += [("copy",)] + [("time", c) for c in grid]
-    tasks += [("varlen_time", n, lens) for n, lens in VARLEN_TIMED] if args.varlen else []
+    checks += [("check", c, t) for c, t in extra_checks] if problems else []
+    checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
+    checks += [("graph",)] if problems else []
+    timings = [("copy",)] + [("time", c) for c in grid]
+    timings += [("varlen_time", n, lens) for n, lens in VARLEN_TIMED] if args.varlen else []
+    tasks = timings + checks if args.checks_last else checks + timings
     run_tasks(tasks, emit, log)
     copies = [r["gbs"] for r in rows if r["kind"] == "copy"]
     copy_gbs = copies[-1] if copies else float("nan")
