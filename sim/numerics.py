@@ -952,16 +952,18 @@ def blocked_layout(shape, itemsize):
     return spt, tpw_r, tpw_c, w_r, w_c
 
 
-def _halving(v: np.ndarray, ax: int) -> np.ndarray:
-    """Butterfly shuffles xor n/2 .. 1 along `ax`: v[i] + v[i + n/2], halving."""
+def _halving(v: np.ndarray, ax: int, rnd=None) -> np.ndarray:
+    """Butterfly shuffles xor n/2 .. 1 along `ax`: v[i] + v[i + n/2], halving. rnd: a
+    rounding applied after each add (bf16 held in float32), None for the array's own."""
     v = np.moveaxis(v, ax, -1)
     while v.shape[-1] > 1:
         h = v.shape[-1] // 2
         v = v[..., :h] + v[..., h:]
+        v = v if rnd is None else rnd(v)
     return v[..., 0]
 
 
-def _chain(v: np.ndarray, ax: int) -> np.ndarray:
+def _chain(v: np.ndarray, ax: int, rnd=None) -> np.ndarray:
     """A thread's sequential accumulation over its repeats along `ax`: from +0 when there
     is more than one (the SASS's FADD RZ, x0), else the value itself."""
     v = np.moveaxis(v, ax, 0)
@@ -970,30 +972,32 @@ def _chain(v: np.ndarray, ax: int) -> np.ndarray:
     acc = np.zeros(v.shape[1:], v.dtype)
     for part in v:
         acc = acc + part
+        acc = acc if rnd is None else rnd(acc)
     return acc
 
 
-def _blocked_rows(x, lay):
+def _blocked_rows(x, lay, rnd=None):
     """Reduce the last axis of [.., n] in the layout: per register a chain over the
     repeats, then the spt neighbours as adjacent pairs ((x0+x1)+(x2+x3)), then the lanes
     (xor 16 .. 1), then the warps through shared memory ((w0+w2)+(w1+w3))."""
     spt, _, tpw_c, _, w_c = lay
     n = x.shape[-1]
     v = x.reshape(x.shape[:-1] + (n // (spt * tpw_c * w_c), w_c, tpw_c, spt))
-    v = _chain(v, -4)                                   # [.., w_c, tpw_c, spt]
+    v = _chain(v, -4, rnd)                              # [.., w_c, tpw_c, spt]
     while v.shape[-1] > 1:
         v = v[..., 0::2] + v[..., 1::2]
-    return _halving(_halving(v[..., 0], -1), -1)
+        v = v if rnd is None else rnd(v)
+    return _halving(_halving(v[..., 0], -1, rnd), -1, rnd)
 
 
-def _blocked_cols(x, lay):
+def _blocked_cols(x, lay, rnd=None):
     """Reduce axis -2 of [.., r, n]: per register a chain over the row repeats, then the
     lanes down the rows, then the warps (both halving)."""
     _, tpw_r, _, w_r, _ = lay
     r, n = x.shape[-2:]
     v = x.reshape(x.shape[:-2] + (r // (tpw_r * w_r), w_r, tpw_r, n))
-    v = _chain(v, -4)                                   # [.., w_r, tpw_r, n]
-    return _halving(_halving(v, -2), -2)
+    v = _chain(v, -4, rnd)                              # [.., w_r, tpw_r, n]
+    return _halving(_halving(v, -2, rnd), -2, rnd)
 
 
 def scan_lanes(shape, axis):
@@ -1007,6 +1011,17 @@ def scan_lanes(shape, axis):
         return min(_LANES, shape[0])
     l0 = min(_LANES, shape[0])
     return l0 if axis == 0 else min(_LANES // l0, shape[1])
+
+
+def _bf16_rne(v) -> np.ndarray:
+    """float32 values rounded to bf16 (nearest even), kept in float32 (NaN kept)."""
+    b = np.ascontiguousarray(v, np.float32).view(np.uint32).astype(np.uint64)
+    r = (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(v), np.float32(np.nan), r).reshape(np.shape(v))
+
+
+def _f16_rne(v) -> np.ndarray:
+    return np.asarray(v, np.float32).astype(np.float16).astype(np.float32)
 
 
 def blocked_scan(x: np.ndarray, axis: int, reverse: bool, op):
@@ -1037,21 +1052,23 @@ def blocked_scan(x: np.ndarray, axis: int, reverse: bool, op):
     return np.ascontiguousarray(np.moveaxis(v, -1, axis))
 
 
-def blocked_sum(x: np.ndarray, axes, dtype):
+def blocked_sum(x: np.ndarray, axes, dtype, rnd=None, itemsize=None):
     """Sum of a loaded (non-mma) fp32/fp16 tile [lanes, *shape] over `axes` (1-based, the
     lane axis being 0) in the sm_90 order, or None where the layout is not modelled.
     Each add rounds in the tile's dtype (fp16: HADD2). A sum over both axes reduces the
-    rows first, then the row of column sums (as the SASS of ct.sum(x) does)."""
-    lay = blocked_layout(x.shape[1:], x.dtype.itemsize)
+    rows first, then the row of column sums (as the SASS of ct.sum(x) does).
+    bf16 (held in float32): rnd rounds each add to bf16 and itemsize is 2 (the loaded
+    tile's layout); 100% on the H100 (results/samples-h100-2026-11-24)."""
+    lay = blocked_layout(x.shape[1:], itemsize or x.dtype.itemsize)
     nd = x.ndim - 1
     axes = sorted(a % x.ndim for a in axes)
     if lay is None or not axes or axes[0] == 0:
         return None
     x = np.asarray(x)
     if nd == 2 and 1 in axes:
-        x = _blocked_cols(x, lay)
-        return _blocked_rows(x, lay) if 2 in axes else x
-    return _blocked_rows(x, lay)
+        x = _blocked_cols(x, lay, rnd)
+        return _blocked_rows(x, lay, rnd) if 2 in axes else x
+    return _blocked_rows(x, lay, rnd)
 
 
 class Sm90(Sm90v0):
@@ -1160,12 +1177,23 @@ class Sm90(Sm90v0):
         fp16 through float32); the rest correctly rounded. NaN results are the GPU's
         canonical NaN (measured: 0x7FFFFFFF, fp16 0x7FFF)."""
         seq = _LIBDEVICE.get(fn)
+        if fn == "rsqrt" and dtype == ct.float32 and self.rsq_table() is not None:
+            from .mufu import rsqrt_sm90
+            return canonical_nan(rsqrt_sm90(x, self.rsq_table()))
         if seq is not None and dtype in (ct.float32, ct.float16):
             r = seq(self, np.asarray(x, np.float32))
             r = r if dtype == ct.float32 else self.round_to(r, dtype)
         else:
             r = super().unary(fn, x, dtype)
         return canonical_nan(r)
+
+    def rsq_table(self):
+        """MUFU.RSQ's measured offsets (sim.mufu), for the sm_90 model only: other GPUs'
+        tables are not recorded (sm_120/sm_89 keep the correctly rounded rsqrt)."""
+        if type(self).__name__ != "Sm90":
+            return None
+        from .mufu import rsq_table
+        return rsq_table()
 
     def truediv(self, x, y, dtype, rounding_mode, flush_to_zero):
         if rounding_mode is ct.RoundingMode.APPROX and dtype == ct.float32 and flush_to_zero:
@@ -1182,6 +1210,10 @@ class Sm90(Sm90v0):
             r = blocked_sum(np.asarray(x, dtypes.storage(dtype)), axes, dtype)
             if r is not None:
                 return r
+        if self.blocked_sums and layout != MMA_LAYOUT and dtype == ct.bfloat16:
+            r = blocked_sum(np.asarray(x, np.float32), axes, dtype, rnd=_bf16_rne, itemsize=2)
+            if r is not None:
+                return r
         if dtype == ct.float32 and len(axes) == 1:
             n, last = x.shape[axes[0]], axes[0] % x.ndim == x.ndim - 1
             if layout == MMA_LAYOUT and last and n % 8 == 0:
@@ -1193,6 +1225,13 @@ class Sm90(Sm90v0):
     def scan(self, x, axis, op, reverse, dtype):
         if self.blocked_sums and dtype == ct.float32:
             return blocked_scan(x, axis, reverse, op)
+        if self.blocked_sums and dtype in (ct.float16, ct.bfloat16):
+            # the same order, each op rounded to the tile's dtype (HADD2/HMUL2 and their
+            # bf16 forms): 100% on the H100 for 8x256 along both axes and cumprod
+            # (results/samples-h100-2026-11-24, ci/sim_ops_gpu.py --extra)
+            rnd = _bf16_rne if dtype == ct.bfloat16 else _f16_rne
+            r = blocked_scan(x, axis, reverse, lambda a, b: rnd(op(a, b)))
+            return None if r is None else np.asarray(r, dtypes.storage(dtype))
         return None
 
 

@@ -26,7 +26,8 @@ MODELLED = ("exp", "exp_approx", "exp2", "exp2_ftz", "log", "log2", "sqrt", "tan
             "row_sum 4x1024 wide", "row_sum 2x4096 wide", "col_sum 64x64", "vec_sum 256",
             "all_sum 16x16", "row_sum 16x128 fp16",
             "cumsum f32 axis 1", "cumsum f32 axis 1 normal", "cumsum f32 axis 0",
-            "cumsum f32 axis 1 reverse", "cumprod f32 axis 1")
+            "cumsum f32 axis 1 reverse", "cumprod f32 axis 1",
+            "rsqrt")                  # MUFU.RSQ from its measured table (sim.mufu)
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +53,7 @@ def test_modelled_ops_are_bit_identical_to_the_h100(recorded, name):
     assert _identical(cases[name], gpu[name]) == 1.0
 
 
-@pytest.mark.parametrize("name,frac,note", [("rsqrt", 0.721, "rsqrt"),
-                                            ("tanh_approx", 0.211, "tanh")])
+@pytest.mark.parametrize("name,frac,note", [("tanh_approx", 0.211, "tanh")])
 def test_unmodelled_fractions_are_the_ones_the_table_quotes(recorded, name, frac, note):
     cases, gpu = recorded
     got = _identical(cases[name], gpu[name])
