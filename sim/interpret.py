@@ -35,7 +35,7 @@ _GPUS = {"sm_90": ((9, 0), 132, "H100 (spak sim sm_90)"),
 
 
 def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
-           tensor_is_cuda=None) -> None:
+           tensor_is_cuda=None, undetermined_padding=None) -> None:
     """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
 
     cpu_stream: on a torch without CUDA, the host-side queries GPU code makes answer as
@@ -47,7 +47,11 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
     tensor_is_cuda: also make `tensor.is_cuda` answer True for CPU tensors until
     disable(), so host code that refuses non-CUDA tensors (`if not x.is_cuda: raise`, as
     most of NVIDIA's samples do) runs unchanged; off by default, on with
-    SPAK_SIM_IS_CUDA=1 (torch's own C++ code never reads this Python attribute)."""
+    SPAK_SIM_IS_CUDA=1 (torch's own C++ code never reads this Python attribute).
+
+    undetermined_padding: "poison" (NaN / int max, the simulator's default: finds kernels
+    that depend on it) or "zero" (as the H100 filled them for TileGym's attention_sink);
+    None leaves the current setting (sim.memory.set_undetermined_padding)."""
     if _state["real"] is None:
         _state["real"] = (ct.launch, ct.tune.exhaustive_search)
     _state["options"] = {"model": model, "check": check, "mode": mode}
@@ -55,6 +59,9 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
     ct.tune.exhaustive_search = exhaustive_search
     if cpu_stream and _state["stream"] is None:
         _shim_torch_cuda(model if isinstance(model, str) else getattr(model, "name", "sm_90"))
+    if undetermined_padding is not None:
+        from .memory import set_undetermined_padding
+        set_undetermined_padding(undetermined_padding)
     if tensor_is_cuda is None:
         tensor_is_cuda = os.environ.get("SPAK_SIM_IS_CUDA", "") not in ("", "0")
     if tensor_is_cuda and not _state["is_cuda"]:

@@ -304,12 +304,29 @@ def _lane_value(ix, lane):
     return int(ix)
 
 
+# what a load with UNDETERMINED padding reads outside the array: "poison" (NaN / int max,
+# the default: a kernel must not depend on it) or "zero" (what the H100 gave TileGym's
+# attention_sink kernel, which masks such columns by adding -1e6: interpreter mode's
+# undetermined_padding="zero" runs such programs as the GPU does; issue 19)
+_UNDETERMINED = {"fill": "poison"}
+
+
+def set_undetermined_padding(fill: str) -> str:
+    """Set the UNDETERMINED padding fill ("poison" or "zero"); returns the previous one."""
+    if fill not in ("poison", "zero"):
+        raise ValueError(f"undetermined_padding must be 'poison' or 'zero', got {fill!r}")
+    old, _UNDETERMINED["fill"] = _UNDETERMINED["fill"], fill
+    return old
+
+
 def _pad_bits(dtype, padding_mode) -> int:
     if dtype in dtypes.FP8:
         from .fp8 import pad_code
         return pad_code(dtype, padding_mode)
     st = dtypes.storage(dtype)
     PM = ct.PaddingMode
+    if padding_mode in (None, PM.UNDETERMINED) and _UNDETERMINED["fill"] == "zero":
+        return 0
     if padding_mode in (None, PM.UNDETERMINED):
         # poison: a kernel must not depend on undetermined padding
         val = np.array(np.nan if st.kind == "f" else np.iinfo(st).max if st.kind in "iu" else True, st)
