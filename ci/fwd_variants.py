@@ -67,6 +67,46 @@ NOPAD = [("""                  order=(0, 1, 3, 2),                # K^T via the 
                 padding_mode=ct.PaddingMode.ZERO,""",
           """    v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),""")]
 
+# Head counts as compile-time constants (the sample's H and QUERY_GROUP_SIZE): the block's
+# (batch, head, kv head) by constant division instead of run-time integer division. Needs
+# the values per launch: the variant gets a peer_args (ci/ab_fused.py) that fills them in.
+CONSTHEAD = [("""                    LAT_V: ConstInt = 0):    # same for V loads (tuning knobs for the sweeper)
+    bid_m = ct.bid(0)""", """                    LAT_V: ConstInt = 0,
+                    NUM_HEADS: ConstInt = 1, GROUP: ConstInt = 1):
+    bid_m = ct.bid(0)"""),
+             ("""    b, h, kv_h = _head_coords(ct.bid(1), Q, K)
+    _fmha_fwd_block(Q, K, V, Out, Mask, None,""", """    b = ct.bid(1) // NUM_HEADS
+    h = ct.bid(1) % NUM_HEADS
+    kv_h = h // GROUP
+    _fmha_fwd_block(Q, K, V, Out, Mask, None,""")]
+CONSTHEAD_ARGS = '''
+
+def peer_args(ours):
+    """ci/ab_fused.py: our arguments plus the head counts as constants."""
+    import inspect
+    names = list(inspect.signature(fmha_fwd_kernel._annotated_function.pyfunc).parameters)
+    extra = {"NUM_HEADS": ours["Q"].shape[1],
+             "GROUP": ours["Q"].shape[1] // ours["K"].shape[1]}
+    return tuple({**ours, **extra}[n] for n in names)
+'''
+
+# The sample's epilogue: acc / l with no guard for rows that saw no key (l == 0 -> NaN).
+EPILOGUE = [("""    has_keys = l_i != 0.0
+    l_safe = ct.where(has_keys, l_i, 1.0)
+    out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
+    out = ct.where(has_keys, out, 0.0)""", """    has_keys = l_i != 0.0
+    out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)""")]
+
+# The sample's causal mask: no bounds test when Sk is a multiple of TILE_N (its EVEN_K),
+# and the mask added as 0 / -inf instead of selected.
+MASKADD = [("""        key_pos = j * TILE_N + key_offs                     # [1, TN]
+        keep = key_pos < seq_k
+        if CAUSAL:
+            keep = keep & (key_pos <= q_pos)                # [TM, TN]
+        qk = ct.where(keep, qk, NEG_INF)""", """        key_pos = j * TILE_N + key_offs                     # [1, TN]
+        keep = key_pos <= q_pos
+        qk = qk + ct.where(keep, 0.0, NEG_INF)""")]
+
 VARIANTS = {
     "same": [],                       # an identical copy: the run's noise
     "lat24": LAT24,
@@ -75,7 +115,13 @@ VARIANTS = {
     "oneloop": ONELOOP,
     "nopad": NOPAD,
     "sample4": LAT24 + NATURAL + NOSAFE + ONELOOP + NOPAD,
+    "consthead": CONSTHEAD,
+    "epilogue": EPILOGUE,
+    "maskadd": MASKADD,       # causal, Sk % TILE_N == 0 only
+    "sample7": LAT24 + NATURAL + NOSAFE + NOPAD + CONSTHEAD + EPILOGUE + MASKADD,
 }
+# Text appended to a variant (module-level helpers it needs).
+APPENDIX = {"consthead": CONSTHEAD_ARGS, "sample7": CONSTHEAD_ARGS}
 
 # A peer is loaded as a plain module, outside the package: its relative import made absolute.
 IMPORT = ("from .common import FLOAT32_MAX, LOG2E, NEG_INF",
@@ -100,7 +146,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     base = FUSED.read_text()
     for name, edits in VARIANTS.items():
-        (out / f"{name}.py").write_text(apply(apply(base, [IMPORT]), edits))
+        text = apply(apply(base, [IMPORT]), edits) + APPENDIX.get(name, "")
+        (out / f"{name}.py").write_text(text)
         print(out / f"{name}.py")
     return 0
 
