@@ -174,7 +174,8 @@ def gather(array, indices, /, *, mask=None, padding_value=0, check_bounds=True, 
     pad = implicit_value(padding_value, array.dtype, shape, lanes, "ct.gather padding_value")
     ctx.loads += ctx.lanes
     vals = read_elements(ctx, array, off, eff)
-    return Tile(np.where(eff, vals, pad), array.dtype)
+    from .numerics import GATHER_LAYOUT   # the sum order of a gathered tile (NumericModel.sum)
+    return Tile(np.where(eff, vals, pad), array.dtype, layout=GATHER_LAYOUT)
 
 
 class ElementStore:

@@ -45,6 +45,9 @@ from . import dtypes, libdevice
 #: sim.tile.Tile.layout of values held in tensor-core accumulator fragments (an mma result
 #: or elementwise work on one); a model may reduce those in a different order.
 MMA_LAYOUT = "mma"
+#: sim.tile.Tile.layout of a ct.gather result (and elementwise work on it): on sm_90 one
+#: element per thread and repeat, lanes fastest (read from TileGym's softmax on an H100)
+GATHER_LAYOUT = "gather"
 
 _CACHE = os.environ.get("SPAK_NUMBA_CACHE", "1") != "0"
 
@@ -1206,6 +1209,10 @@ class Sm90(Sm90v0):
 
     def sum(self, x, axis, dtype, layout=None):
         axes = (axis,) if np.isscalar(axis) else tuple(axis)
+        if layout == GATHER_LAYOUT:
+            r = self.gather_sum(x, axes, dtype)
+            if r is not None:
+                return r
         if self.blocked_sums and layout != MMA_LAYOUT and dtype in (ct.float32, ct.float16):
             r = blocked_sum(np.asarray(x, dtypes.storage(dtype)), axes, dtype)
             if r is not None:
@@ -1221,6 +1228,21 @@ class Sm90(Sm90v0):
             if _pow2(n):
                 return tree_sum_f32(x, axes[0], self.sum_chunk)
         return super().sum(x, axis, dtype)
+
+    def gather_sum(self, x, axes, dtype):
+        """ct.sum of a 1-D fp32 gather result (GATHER_LAYOUT) of n = 128 k elements: each
+        thread chains its k elements at stride 128 (from +0 when k > 1), then the lanes
+        (xor 16 .. 1) and the 4 warps halve. 100% on TileGym's softmax (rows of 200 in a
+        256 tile, an H100, results/samples-h100-2026-11-24); None for other cases."""
+        if not self.blocked_sums or dtype != ct.float32 or x.ndim != 2 or \
+                tuple(a % 2 for a in axes) != (1,):
+            return None
+        n = x.shape[1]
+        if n % 128 or not _pow2(n // 128):
+            return None
+        v = np.asarray(x, np.float32).reshape(x.shape[0], n // 128, _WARPS, _LANES)
+        v = _chain(v, 1)                                    # [lanes, warps, lanes32]
+        return _halving(_halving(v, -1), -1)
 
     def scan(self, x, axis, op, reverse, dtype):
         if self.blocked_sums and dtype == ct.float32:

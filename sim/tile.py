@@ -17,15 +17,19 @@ import cuda.tile as ct
 from . import dtypes
 from .errors import ContractionConflict, Divergence, SimNotSupported, SimTypeError
 from .context import current
-from .numerics import MMA_LAYOUT
+from .numerics import GATHER_LAYOUT, MMA_LAYOUT
 
 
 def derived_layout(shape, *operands):
     """MMA_LAYOUT when an elementwise result of `shape` comes from a same-shaped operand
-    in the fragment layout (the compiler keeps elementwise work in the layout it finds)."""
+    in the fragment layout (the compiler keeps elementwise work in the layout it finds);
+    likewise GATHER_LAYOUT (a ct.gather result's), fragments taking precedence."""
     for x in operands:
         if isinstance(x, Tile) and x.layout == MMA_LAYOUT and x.shape == tuple(shape):
             return MMA_LAYOUT
+    for x in operands:
+        if isinstance(x, Tile) and x.layout == GATHER_LAYOUT and x.shape == tuple(shape):
+            return GATHER_LAYOUT
     return None
 
 

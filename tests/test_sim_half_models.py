@@ -119,3 +119,54 @@ def test_bf16_product_feeding_a_subtract_is_fused():
     want = fma_bf16(x, c, -_bf16_rne(s * x))
     assert (args[3].data.view(np.uint32) == want.view(np.uint32)).all()
     assert (want != _bf16_rne(_bf16_rne(x * c) - _bf16_rne(s * x))).any()
+
+
+# --- kernels written here with the op sequences of TileGym's softmax and RoPE, on the inputs
+# those programs had on the H100 (results/samples-h100-2026-11-24/kernels_extract.npz)
+
+EXTRACT = DATA / "kernels_extract.npz"
+
+
+@ct.kernel
+def _softmax_rows(Y, X, NR: ct.Constant[int], T: ct.Constant[int]):
+    offs = ct.arange(T, dtype=ct.int32)
+    for r in range(ct.bid(0), NR, ct.num_blocks(0)):
+        row = ct.gather(X, (r, offs), check_bounds=True, padding_value=-float("inf"))
+        num = ct.exp(row - ct.max(row, 0, keepdims=True), rounding_mode=ct.RoundingMode.APPROX)
+        den = ct.sum(num, 0, keepdims=True)
+        ct.scatter(Y, (r, offs), ct.truediv(num, den, rounding_mode=ct.RoundingMode.APPROX,
+                                            flush_to_zero=True), check_bounds=True)
+
+
+def test_gathered_row_sum_order_matches_the_h100():
+    d = np.load(EXTRACT)
+    x, g = d["softmax_x"], d["softmax_y"]
+    y = np.zeros_like(x)
+    sim.launch(_softmax_rows, (64,), (y, x, 64, 256))
+    assert (y.view(np.uint32) == g.view(np.uint32)).all()
+    y0 = np.zeros_like(x)                 # the loaded-tile order the simulator used before
+    sim.launch(_softmax_rows, (64,), (y0, x, 64, 256), model="sm_90-v0")
+    assert (y0.view(np.uint32) != g.view(np.uint32)).mean() > 0.2
+
+
+@ct.kernel
+def _rope_rows(Q, C, S_, H: ct.Constant[int], D2: ct.Constant[int]):
+    r = ct.bid(0)
+    c = ct.load(C, (0, r, 0), (1, 1, D2)).reshape((1, D2))
+    s = ct.load(S_, (0, r, 0), (1, 1, D2)).reshape((1, D2))
+    q1 = ct.load(Q, (0, 0, r, 0), (1, H, 1, D2)).reshape((H, D2))
+    q2 = ct.load(Q, (0, 0, r, 1), (1, H, 1, D2)).reshape((H, D2))
+    ct.store(Q, (0, 0, r, 0), (q1 * c - q2 * s).reshape((1, H, 1, D2)))
+    ct.store(Q, (0, 0, r, 1), (q2 * c + q1 * s).reshape((1, H, 1, D2)))
+
+
+def _bf16_f32(bits):
+    return (bits.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def test_bf16_rope_matches_the_h100():
+    d = np.load(EXTRACT)
+    q = sim.SimArray(_bf16_f32(d["rope_q"]).copy(), ct.bfloat16)
+    cs = [sim.SimArray(_bf16_f32(d[k]), ct.bfloat16) for k in ("rope_cos", "rope_sin")]
+    sim.launch(_rope_rows, (32,), (q, *cs, 4, 32))
+    assert (q.data.view(np.uint32) == _bf16_f32(d["rope_qout"]).view(np.uint32)).all()
