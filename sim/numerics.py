@@ -258,6 +258,7 @@ class NumericModel:
     def unary(self, fn: str, x: np.ndarray, dtype) -> np.ndarray:
         """exp, log, log2, sqrt, rsqrt, sin, ...: correctly rounded from float64."""
         x64 = x.astype(np.float64)
+        fn = "tanh" if fn == "tanh_approx" else fn      # tanh.approx: correctly rounded here
         with np.errstate(all="ignore"):
             if fn == "rsqrt":
                 r = 1.0 / np.sqrt(x64)
@@ -1180,6 +1181,10 @@ class Sm90(Sm90v0):
         fp16 through float32); the rest correctly rounded. NaN results are the GPU's
         canonical NaN (measured: 0x7FFFFFFF, fp16 0x7FFF)."""
         seq = _LIBDEVICE.get(fn)
+        if fn == "tanh_approx" and dtype == ct.float32:
+            return canonical_nan(tanh_approx_sm90(np.asarray(x, np.float32)))
+        if fn == "tanh_approx":       # fp32 only in cuTile (APPROX); keep the rule elsewhere
+            fn = "tanh"
         if fn == "rsqrt" and dtype == ct.float32 and self.rsq_table() is not None:
             from .mufu import rsqrt_sm90
             return canonical_nan(rsqrt_sm90(x, self.rsq_table()))
@@ -1230,15 +1235,18 @@ class Sm90(Sm90v0):
         return super().sum(x, axis, dtype)
 
     def gather_sum(self, x, axes, dtype):
-        """ct.sum of a 1-D fp32 gather result (GATHER_LAYOUT) of n = 128 k elements: each
-        thread chains its k elements at stride 128 (from +0 when k > 1), then the lanes
-        (xor 16 .. 1) and the 4 warps halve. 100% on TileGym's softmax (rows of 200 in a
-        256 tile, an H100, results/samples-h100-2026-11-24); None for other cases."""
+        """ct.sum of a 1-D fp32 gather result (GATHER_LAYOUT) of 256 elements: each thread
+        holds elements i and i + 128 (lanes fastest) and adds them, then the lanes (xor
+        16 .. 1) and the 4 warps halve. 100% on TileGym's softmax (rows of 200 in a 256
+        tile, an H100, results/samples-h100-2026-11-24); None for other sizes."""
         if not self.blocked_sums or dtype != ct.float32 or x.ndim != 2 or \
                 tuple(a % 2 for a in axes) != (1,):
             return None
         n = x.shape[1]
-        if n % 128 or not _pow2(n // 128):
+        if n not in (128, 256):
+            # measured: 256 lanes fastest (TileGym softmax); 4096 in the loaded tile's
+            # blocked order (TileGym fused_linear_cross_entropy, 100% with blocked_sum);
+            # sizes between are unverified and keep the blocked order
             return None
         v = np.asarray(x, np.float32).reshape(x.shape[0], n // 128, _WARPS, _LANES)
         v = _chain(v, 1)                                    # [lanes, warps, lanes32]
@@ -1265,6 +1273,18 @@ _LIBDEVICE = {"log": lambda m, x: libdevice.logf(x), "log2": lambda m, x: libdev
               "sin": lambda m, x: libdevice.sinf(x), "cos": lambda m, x: libdevice.cosf(x)}
 _CANONICAL_NAN = {np.dtype(np.float32): (np.uint32, 0x7FFFFFFF),
                   np.dtype(np.float16): (np.uint16, 0x7FFF)}
+
+
+def tanh_approx_sm90(x: np.ndarray) -> np.ndarray:
+    """tanh.approx.f32 (MUFU.TANH) where the H100 probe (ci/mufu_probe.py, every fp32 of
+    the binades 2^-20 .. 2^4) found it simple: x itself for |x| < 2^-8, +-1 for |x| >= 8.
+    Between, MUFU.TANH is constant on runs of 2^3 .. 2^6 inputs but no formula was found
+    and a table would hold ~6.3M values: correctly rounded there (not the GPU's bits)."""
+    with np.errstate(all="ignore"):
+        r = np.tanh(x.astype(np.float64)).astype(np.float32)
+    a = np.abs(x)
+    r = np.where(a < np.float32(2.0 ** -8), x, r)
+    return np.where(a >= 8, np.copysign(np.float32(1), x), r).astype(np.float32)
 
 
 def canonical_nan(r: np.ndarray) -> np.ndarray:

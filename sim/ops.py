@@ -393,6 +393,9 @@ def _unary_options(fn, x, rounding_mode, flush_to_zero):
     if rounding_mode is ct.RoundingMode.APPROX and fn == "exp":
         t = np.multiply(x.v, _LOG2E, dtype=np.float32)
         return Tile(model.exp2(t, x.dtype, False), x.dtype, layout=x.layout)
+    if fn == "tanh" and rounding_mode is ct.RoundingMode.APPROX:
+        # tanh.approx.f32 (MUFU.TANH): its own entry, so a model can tell it from tanhf
+        return Tile(model.unary("tanh_approx", x.v, x.dtype), x.dtype, layout=x.layout)
     if fn in ("exp", "tanh") or rounding_mode is ct.RoundingMode.APPROX:
         return Tile(model.unary(fn, x.v, x.dtype), x.dtype, layout=x.layout)
     v = rounding.ftz(x.v) if flush_to_zero else x.v

@@ -20,6 +20,7 @@ STATUSES = (EXACT, MODEL, SEM, HOST, UNSUP)
 
 _PROBE = "H200 probe, docs/numerics-sm90.md"
 _H100 = "H100 (ci/sim_ops_gpu.py, results/sim-ops-h100-2026-11-24)"
+_H100S = "H100 (ci/samples_gpu.py + ci/sim_ops_gpu.py --extra, results/samples-h100-2026-11-24)"
 _NAN = "NaN results are the GPU's canonical 0x7FFFFFFF (fp16 0x7FFF)"
 _CR = ("correctly rounded from float64; the GPU's approximation (libdevice/MUFU sequence) "
        "is not modelled: not bit-exact, unverified on hardware")
@@ -39,7 +40,9 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "static_exception": (EXACT, "`raise ct.static_exception(E)` raises E when the line runs"),
     # --- memory ---------------------------------------------------------------------------------
     "load": (EXACT, "padding modes, order, check_bounds, scalar loads; UNDETERMINED padding "
-                    "reads NaN / int max (poison); memory_order ACQUIRE: cooperative mode"),
+                    "reads NaN / int max (poison), or zeros with interpret.enable(undetermined_padding='zero') "
+                    "/ sim.memory.set_undetermined_padding (what the H100 gave TileGym's "
+                    "attention_sink); memory_order ACQUIRE: cooperative mode"),
     "store": (EXACT, "implicit widening only; memory_order RELEASE: cooperative mode"),
     "gather": (EXACT, "broadcast index tiles, mask, padding_value, check_bounds (False + out "
                       "of bounds raises); 100% on the " + _H100),
@@ -98,9 +101,13 @@ SUPPORT: dict[str, tuple[str, str]] = {
                    "blocked-layout order read from the SASS (per register a chain over the "
                    "repeats, neighbours in adjacent pairs, lanes and warps halving; fp16 adds "
                    "rounded to fp16), 100% on the " + _H100 + " (rows of 32 to 4096, axis 0, "
-                   "1-D, all axes, fp16 rows); mma tiles: fragment order, 100% on the " + _PROBE +
-                   "; other float cases: float64 sum, one rounding; rounding_mode/ftz "
-                   "unsupported"),
+                   "1-D, all axes, fp16 rows); bf16 likewise (the 2-byte layout, each add "
+                   "rounded to bf16) and fp16 rows of 1024 / axis 0: 100% on the " + _H100S +
+                   "; a gathered 1-D fp32 tile (ct.gather result): lanes fastest, one element "
+                   "per thread and repeat, 100% there (TileGym softmax); mma tiles: fragment "
+                   "order, 100% on the " + _PROBE + "; other float cases (other shapes, "
+                   "layouts, >2-D): float64 sum, one rounding (unverified); rounding_mode/ftz "
+                   "unsupported; sm_120/sm_89: their earlier orders (unverified)"),
     "max": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),
     "min": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),
     "prod": (SEM, "integers exact; floats: float64 product, one rounding (not the GPU's order)"),
@@ -110,14 +117,18 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "cumsum": (MODEL, "fp32 of 1-D/2-D power-of-two tiles: the sm_90 order read from the SASS "
                       "(Hillis-Steele over the lanes along the axis, then the chunk totals in "
                       "one sequential chain), 100% on the " + _H100 + " (8x256 along both "
-                      "axes, reversed); integers exact (100% there); other floats: "
-                      "sequential in the tile dtype; rounding_mode/ftz unsupported"),
-    "cumprod": (MODEL, "as cumsum (fp32 8x256 along the last axis: 100% on the H100)"),
+                      "axes, reversed); integers exact (100% there); fp16/bf16: the same "
+                      "order with each add rounded to the dtype, 100% on the " + _H100S +
+                      " (8x256 along both axes); other shapes: sequential in the tile dtype "
+                      "(unverified); rounding_mode/ftz unsupported"),
+    "cumprod": (MODEL, "as cumsum (fp32, fp16, bf16 8x256 along the last axis: 100% on the H100)"),
     "scan": (SEM, "user combiner applied sequentially; float order unverified"),
     # --- elementwise ----------------------------------------------------------------------------
     "add": (MODEL, "IEEE RN; an fp32 multiply feeding it is contracted into one FMA as the "
                    "sm_90 compiler emits (read from SASS; the FMHA kernels agree 100% with an "
-                   "H100); RZ/RM/RP and flush_to_zero exact by definition"),
+                   "H100); a bf16 multiply likewise into one bf16 FMA (HFMA2.BF16; TileGym "
+                   "RoPE 100% on the " + _H100S + "); fp16 products are not contracted "
+                   "(unverified); RZ/RM/RP and flush_to_zero exact by definition"),
     "sub": (MODEL, "as add"),
     "mul": (MODEL, "as add"),
     "truediv": (MODEL, "fp32 RN: IEEE; APPROX + flush_to_zero: MUFU.RCP table, 100% on the "
@@ -156,9 +167,12 @@ SUPPORT: dict[str, tuple[str, str]] = {
                     "slow path), 100% on the " + _H100 + " (fp32 and fp16); RZ/RM/RP exact; "
                     "flush_to_zero; APPROX: correctly rounded, more accurate than the GPU's "
                     "sqrt.approx (unverified)"),
-    "rsqrt": (SEM, "correctly rounded from float64; the GPU's rsqrt.approx (MUFU.RSQ: no "
-                   "table recorded) is not modelled: measured on H100: 72.1% identical (<= 1 "
-                   "ulp); " + _NAN + "; flush_to_zero supported"),
+    "rsqrt": (MODEL, "fp32: MUFU.RSQ from its table measured on every fp32 in [1, 4) with "
+                     "rsqrt(4x) = rsqrt(x)/2 checked on all (sim.mufu, sim/data/sm90_rsq.npz), "
+                     "subnormals scaled by 2^24: 100% on the " + _H100 + " (was 72.1%) and in "
+                     "TileGym's norms on the " + _H100S + "; fp16: correctly rounded "
+                     "(unverified); sm_120/sm_89: correctly rounded (no table); " + _NAN +
+                     "; flush_to_zero supported"),
     "sin": (MODEL, "fp32: libdevice's sinf (3-part pi/2 reduction below 105615, Payne-Hanek "
                    "above, a polynomial per quadrant parity; sim.libdevice), 100% on the " + _H100 +
                    " (the Payne-Hanek path on 3 of the 3072 values); fp16 through fp32 "
@@ -168,9 +182,11 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "sinh": (SEM, _CR), "cosh": (SEM, _CR),
     "tanh": (MODEL, "fp32 and fp16: libdevice's tanhf (odd polynomial below 0.6, else "
                     "1 - 2 / (1 + MUFU.EX2(2|x| log2 e)) through the MUFU.EX2 and MUFU.RCP "
-                    "tables), 100% on the " + _H100 + "; " + _NAN + "; APPROX (MUFU.TANH, no "
-                    "table): correctly rounded, not the GPU's: measured on H100: 21.1% "
-                    "identical (up to 126 ulp)"),
+                    "tables), 100% on the " + _H100 + "; " + _NAN + "; APPROX (MUFU.TANH): x for "
+                    "|x| < 2^-8 and +-1 for |x| >= 8 as the H100 probe found on every input, "
+                    "correctly rounded between (not the GPU's: no formula found, a table "
+                    "would need ~6.3M values): measured on H100: 26.1% identical (up to 126 "
+                    "ulp; unverified bits)"),
     # --- debugging and launch control -------------------------------------------------------------
     "printf": (EXACT, "per block, prefixed with the block id"),
     "print": (EXACT, "per block, prefixed with the block id; f-strings of tiles show each "
@@ -182,7 +198,9 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "launch": (HOST, "interpreter mode: sim.enable() / SPAK_SIM=1 / python -m spak.sim makes it "
                      "run sim.launch on CPU tensors (strided views, bf16, fp8) or numpy arrays, "
                      "with torch.cuda's stream, capability and properties answering as the "
-                     "simulated GPU on a CPU torch; inside a kernel it raises"),
+                     "simulated GPU on a CPU torch (tensor_is_cuda / SPAK_SIM_IS_CUDA=1: "
+                     "tensor.is_cuda answers True, for host code that checks it); lists of "
+                     "arrays as arguments; inside a kernel it raises"),
     "compiler_timeout": (HOST, "context manager; nothing is compiled"),
     "foreign_pointer_dtype": (HOST, "dtype factory passes through; foreign pointers themselves "
                                     "(Array.foreign_pointer, Array.from_foreign) are unsupported"),

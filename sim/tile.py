@@ -27,9 +27,11 @@ def derived_layout(shape, *operands):
     for x in operands:
         if isinstance(x, Tile) and x.layout == MMA_LAYOUT and x.shape == tuple(shape):
             return MMA_LAYOUT
-    for x in operands:
-        if isinstance(x, Tile) and x.layout == GATHER_LAYOUT and x.shape == tuple(shape):
-            return GATHER_LAYOUT
+    same = [x for x in operands if isinstance(x, Tile) and x.shape == tuple(shape)]
+    # a same-shaped operand in the blocked layout (e.g. a ct.full accumulator carried by a
+    # loop: TileGym's rms_norm) keeps the result blocked
+    if same and all(x.layout == GATHER_LAYOUT for x in same):
+        return GATHER_LAYOUT
     return None
 
 

@@ -53,7 +53,7 @@ def test_modelled_ops_are_bit_identical_to_the_h100(recorded, name):
     assert _identical(cases[name], gpu[name]) == 1.0
 
 
-@pytest.mark.parametrize("name,frac,note", [("tanh_approx", 0.211, "tanh")])
+@pytest.mark.parametrize("name,frac,note", [("tanh_approx", 0.2614, "tanh")])
 def test_unmodelled_fractions_are_the_ones_the_table_quotes(recorded, name, frac, note):
     cases, gpu = recorded
     got = _identical(cases[name], gpu[name])
