@@ -140,6 +140,7 @@ def render() -> str:
               "| name | kind | status | notes |", "|---|---|---|---|"]
     lines += [_row(n, rows[n], kind(n)) for n in names
               if kind(n) in ("class", "module", "data", "annotation")]
+    lines += _nvidia_programs()
     lines += ["", "## Other people's cuTile code run unmodified", "",
               "By hand on a CPU, 2026-11-24, against float64 / torch references (not in CI):", ""]
     lines += [f"- {what} ({how})" for what, how in support.EXTERNAL]
@@ -157,6 +158,29 @@ def render() -> str:
               "seeded block orders and reports races and outputs that differ (sim/coop.py, "
               "sim/races.py).", ""]
     return "\n".join(lines)
+
+
+PROGRAMS_MD = ROOT / "results" / "samples-h100-2026-11-24" / "programs.md"
+
+
+def _nvidia_programs() -> list[str]:
+    """The H100 table of NVIDIA's samples and TileGym ops (ci/samples_gpu.py --check --md)."""
+    if not PROGRAMS_MD.exists():
+        return []
+    return ["", "## NVIDIA programs", "",
+            "Every single-GPU sample of NVIDIA/cutile-python and the ops of NVIDIA/TileGym "
+            "(src/tilegym/ops/cutile), through their own host code, unmodified, with "
+            "fixed-seed random inputs: recorded on an H100 (every `ct.launch`'s tensors "
+            "before and after) and replayed here in interpreter mode "
+            "(`python ci/samples_gpu.py --check <recording>`; the recording, 20 MB, is not "
+            "committed: results/samples-h100-2026-11-24/README.md). 'Kernel outputs "
+            "(lock-step)': each launch starts from the GPU's own inputs, so the count is the "
+            "kernels' agreement; 'program outputs': interpreter mode alone, host torch "
+            "code included. Relative error: max |out - ref| / max |ref| against a float64 "
+            "reference written here ('-': none written). Not run: cutile-python "
+            "BlockScaledMatMul (ct.mma_scaled, sm_100+), AllGatherMatmul (multi-GPU), "
+            "TileGym experimental nvfp4_quantize (fp4), TileGym suites/ (not ops/cutile).",
+            ""] + PROGRAMS_MD.read_text().rstrip("\n").split("\n")
 
 
 def main(argv=None) -> int:
