@@ -1022,14 +1022,15 @@ def summary(rows, meta):
     same = sum(r.get("launch_identical", 0) for r in ran)
     full = [r for r in ok if r.get("launch_identical", 0) == r.get("launch_elements", 0)
             and r.get("out_identical", 0) == r.get("out_elements", 0)]
-    above = [r for r in ok if r.get("launch_elements") and
-             r["launch_identical"] >= 0.9999 * r["launch_elements"]]
+    counted = [r for r in ok if r.get("launch_elements")]
+    above = [r for r in counted if r["launch_identical"] >= 0.9999 * r["launch_elements"]]
     return (f"GPU: {meta.get('gpu', meta['backend'])}, recorded {meta['date']} (commit "
             f"{meta['commit']}, cuda-tile {meta.get('cuda_tile')}); peers: "
             + ", ".join(f"{s['repo']}@{s['commit'][:7]}" for s in meta["peers"]) + ". "
             f"{len(rows)} programs: {len(ran)} ran on the GPU, {len(ok)} run in interpreter "
-            f"mode, {len(full)} of them 100% bit-identical in every launch and output, "
-            f"{len(above)} at >= 99.99% of their recorded kernel outputs; all launches together: "
+            f"mode, {len(full)} of them 100% bit-identical in every launch and output; of the "
+            f"{len(counted)} whose launches changed memory when recorded, {len(above)} at >= "
+            f"99.99% of their kernel outputs (lock-step); all launches together: "
             f"{same} of {n} kernel output elements bit-identical ({100 * same / max(n, 1):.3f}%).")
 
 
