@@ -691,15 +691,31 @@ def _rank_shape(runner, fam, case, jobs, bench, meta) -> dict:
     return row
 
 
+def pass_spread(passes: list, key: str) -> dict:
+    """How far one timer's two passes lie apart per config: the median and max over the
+    configs of |pass1 - pass2| / min(pass1, pass2) (the noise the rankings sit on)."""
+    a, b = passes[0][key], passes[1][key]
+    d = sorted(abs(a[c] - b[c]) / min(a[c], b[c]) for c in a if a[c] and b.get(c))
+    if not d:
+        return {"median": None, "max": None}
+    return {"median": d[len(d) // 2] if len(d) % 2 else 0.5 * (d[len(d) // 2 - 1] + d[len(d) // 2]),
+            "max": d[-1]}
+
+
 def rank_markdown(rows) -> str:
     lines = ["| shape | tau (sweep vs harness) | tau sweep pass1 vs pass2 | tau harness pass1 vs "
-             "pass2 | sweep best | harness best | agree | lost under harness |",
-             "|---|---|---|---|---|---|---|---|"]
+             "pass2 | sweep best | harness best | agree | lost under harness | pass-to-pass "
+             "spread per config, sweep (median / max) | same, harness |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        sp = [pass_spread(r["passes"], k) for k in ("sweep_ms", "bench_ms")]
         lines.append(f"| {r['case']} | {_fmt(r['tau'])} | {_fmt(r['tau_sweep_self'])} | "
                      f"{_fmt(r['tau_bench_self'])} | {r.get('sweep_best')} | "
                      f"{r.get('bench_best')} | {r.get('best_agrees')} | "
-                     f"{_fmt(r['lost'] and 100 * r['lost'], '.1f')}% |")
+                     f"{_fmt(r['lost'] and 100 * r['lost'], '.1f')}% | "
+                     + " | ".join(f"{_fmt(x['median'] and 100 * x['median'], '.1f')}% / "
+                                  f"{_fmt(x['max'] and 100 * x['max'], '.1f')}%" for x in sp)
+                     + " |")
     lines.append("")
     for r in rows:
         lines.append(f"{r['case']} (TFLOPS, sweeper / harness, harness order):")

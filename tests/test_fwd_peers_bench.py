@@ -105,10 +105,15 @@ def test_kendall_tau_and_rank_summary():
     assert s["sweep_rank"] == ["p", "q", "r"] and s["bench_rank"] == ["q", "p", "r"]
     assert not s["best_agrees"] and s["lost"] == pytest.approx(0.05)
     assert s["tau"] == pytest.approx(1 / 3)
+    passes = [{"sweep_ms": {"p": 1.0, "q": 1.1}, "bench_ms": {"p": 1.0, "q": 1.0}},
+              {"sweep_ms": {"p": 1.1, "q": 1.1}, "bench_ms": {"p": 1.2, "q": 1.0}}]
+    assert bench.pass_spread(passes, "sweep_ms") == {"median": pytest.approx(0.05),
+                                                     "max": pytest.approx(0.1)}
     md = bench.rank_markdown([{**s, "case": "c", "tau_sweep_self": 1.0, "tau_bench_self": 0.5,
                                "flops": 1e9, "sweep_ms": {"p": 1.0, "q": 1.1, "r": 1.3},
-                               "bench_ms": {"p": 1.05, "q": 1.0, "r": 1.2}}])
-    assert "| c | 0.333 | 1.000 | 0.500 | p | q | False | 5.0% |" in md
+                               "bench_ms": {"p": 1.05, "q": 1.0, "r": 1.2}, "passes": passes}])
+    assert "| c | 0.333 | 1.000 | 0.500 | p | q | False | 5.0% | 5.0% / 10.0% | 10.0% / 20.0% |" \
+        in md
 
 
 def test_help_runs_without_a_gpu():
