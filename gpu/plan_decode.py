@@ -63,15 +63,22 @@ PAGE_MODES = {0: "boxes", 1: "gather"}
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
-#: Split heuristic (choose_num_splits), from the H100 runs of 2026-11-24 (results/
-#: decode-h100-2026-11-24): the split kernel holds one block per SM (255 registers x 256
-#: threads), and a stream of many short blocks beats one of few long ones (GQA 4:1, B = 8,
-#: 32k keys, 64 blocks unsplit: 4 splits 2480 GB/s, 8 splits 2907, 32 splits 2766; MQA
-#: B = 1, 32k keys: 32 splits 720, 128 splits 991, 173 splits 1039): aim for WAVES blocks
-#: per SM. The combine reads back every split's partial state (acc, m, l per row) once the
-#: split kernel has written it: that traffic may reach at most COMBINE_SHARE of the K/V
-#: bytes (MQA at B = 1 and 32k keys ran fastest with it at a third).
-WAVES = 4
+#: Split heuristic (choose_num_splits), from the H100 knob sweep of 2026-11-24 (results/
+#: decode-h100-2026-11-24b, run A): the split kernel holds one block per SM (255
+#: registers x 256 threads), and a block streams its key tiles through a pipeline, so
+#: few long splits beat many short ones once every SM has a block: B = 8 MQA 32k keys,
+#: 16 splits (128 blocks, 16 tiles each) 2306 GB/s, 33 splits 2124, 66 splits (the
+#: previous four-wave rule) 1636; B = 1 GQA 4:1 32k: 16 splits 2468, 66 splits 2111.
+#: So: one wave (WAVES blocks per SM), but at most MAX_TILES_PER_SPLIT key tiles a split
+#: (B = 8 GQA 4:1 32k, 64 blocks: 8 splits of 32 tiles 2913, 16 of 16 tiles 2806, 4 of
+#: 64 tiles 2480 in run 5 of results/decode-h100-2026-11-24).
+#: Blocks with several query tiles per head tile (MQA/GQA with Sq > 1 past MAX_ROWS)
+#: re-read K/V per query tile and keep the former four waves (B = 1 MQA Sq 4 32k: 256
+#: splits 1052 GB/s, 66 splits 648). The combine reads back every split's partial state
+#: (acc, m, l per row): that traffic may reach at most COMBINE_SHARE of the K/V bytes.
+WAVES = 1
+WAVES_REREAD = 4
+MAX_TILES_PER_SPLIT = 32
 COMBINE_SHARE = 0.5
 #: The combine holds every split of a row chunk in registers: at most this many floats.
 COMBINE_FLOATS = 8192
@@ -90,11 +97,13 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
-    """{"TILE_M", "TILE_N"} of the varlen kernel: spak.fmha's defaults for the head dim
-    (gpu.plan.default_tiles), so the two compare tile for tile."""
+    """{"TILE_M", "TILE_N", "QT_FIRST"} of the varlen kernel: spak.fmha's defaults for the
+    head dim (gpu.plan.default_tiles), so the two compare tile for tile, and spak.fmha's
+    block order (QT_FIRST 1; H100, 8 x 2048, Hq 32, Hkv 8: 546 TFLOPS vs 486 with the head
+    tile fastest, non-causal; 368 vs 361 causal; results/decode-h100-2026-11-24b run A)."""
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
-    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 0}
+    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 1}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -110,16 +119,18 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
 
 
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
-                      partial_bytes: int) -> int:
+                      partial_bytes: int, reread: bool = False) -> int:
     """Key splits for `blocks` (batch x head tiles x query tiles) blocks over `key_tiles`
-    tiles of cache capacity: enough blocks for WAVES per SM, at least one key tile each,
-    at most MAX_SPLITS, and the combine's traffic (2 x splits x partial_bytes: written,
-    then read) at most COMBINE_SHARE of the K/V bytes. From the capacity, not the
-    lengths: those live on the device (reading them would cost a sync and break CUDA
-    graph capture)."""
+    tiles of cache capacity: enough blocks for one wave (WAVES_REREAD waves when the
+    query tiles of a head tile re-read K/V, `reread`), splits of at most
+    MAX_TILES_PER_SPLIT tiles, at least one key tile each, at most MAX_SPLITS, and the
+    combine's traffic (2 x splits x partial_bytes: written, then read) at most
+    COMBINE_SHARE of the K/V bytes. From the capacity, not the lengths: those live on
+    the device (reading them would cost a sync and break CUDA graph capture)."""
     if blocks <= 0 or key_tiles <= 0:
         return 1
-    want = (WAVES * num_sms + blocks // 2) // blocks           # rounded to the nearest
+    waves = WAVES_REREAD if reread else WAVES
+    want = max(-(-waves * num_sms // blocks), -(-key_tiles // MAX_TILES_PER_SPLIT))
     combine_cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial_bytes, 1))
     return max(1, min(want, key_tiles, MAX_SPLITS, combine_cap))
 
@@ -131,11 +142,12 @@ def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
     per sequence, Sk_max or max_pages x page_size)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
-    blocks = B * (Hq // gt) * -(-Sq // sq_t)
+    q_tiles = -(-Sq // sq_t)
+    blocks = B * (Hq // gt) * q_tiles
     return choose_num_splits(
         blocks, -(-capacity // tile_n), num_sms,
         kv_bytes=B * Hkv * capacity * (head_dim + dv) * esize,
-        partial_bytes=B * Sq * Hq * (_tile_width(dv) + 2) * 4)
+        partial_bytes=B * Sq * Hq * (_tile_width(dv) + 2) * 4, reread=q_tiles > 1)
 
 
 def combine_tiles(splits: int, head_dim_v: int) -> tuple[int, int]:
