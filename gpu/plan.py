@@ -130,13 +130,13 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     if kernel_name == "fused":
         raw_max, c_pow2 = raw_max_args(scale, has_mask)
         if lse is not None:
-            return [_launch(_fused.fmha_fwd_lse_kernel, (m_tiles, B * Hq, 1),
+            return [_launch(_fused.fmha_fwd_lse_kernel, (m_tiles, Hq, B),
                             (q, k, v, out, mask, lse, scale, c_pow2, head_dim, head_dim_v,
-                             tm, tn, causal, has_mask, raw_max, lat_k, lat_v),
+                             tm, tn, causal, has_mask, raw_max, Hq // Hkv, lat_k, lat_v),
                             "fused")]
-        return [_launch(_fused.fmha_fwd_kernel, (m_tiles, B * Hq, 1),
+        return [_launch(_fused.fmha_fwd_kernel, (m_tiles, Hq, B),
                         (q, k, v, out, mask, scale, c_pow2, head_dim, head_dim_v, tm, tn,
-                         causal, has_mask, raw_max, lat_k, lat_v),
+                         causal, has_mask, raw_max, Hq // Hkv, lat_k, lat_v),
                         "fused")]
 
     # naive: S (float32) and P (input dtype) workspaces through global memory, padded to

@@ -29,3 +29,8 @@ def peer_args(ours: dict) -> tuple:
     even_k = k.shape[2] % ours["TILE_N"] == 0
     return (q, k, ours["V"], ours["Out"], float(ours["scale"]), 0, ours["HEAD_DIM"], heads,
             ours["TILE_M"], ours["TILE_N"], heads // k.shape[1], ours["CAUSAL"], even_k)
+
+
+def peer_grid(grid):
+    """The sample's grid (query tiles, B * H, 1) from ours (query tiles, Hq, B)."""
+    return (grid[0], grid[1] * grid[2], 1)
