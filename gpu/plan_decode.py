@@ -63,22 +63,25 @@ PAGE_MODES = {0: "boxes", 1: "gather"}
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
-#: Split heuristic (choose_num_splits), from the H100 knob sweep of 2026-11-24 (results/
-#: decode-h100-2026-11-24b, run A): the split kernel holds one block per SM (255
-#: registers x 256 threads), and a block streams its key tiles through a pipeline, so
-#: few long splits beat many short ones once every SM has a block: B = 8 MQA 32k keys,
-#: 16 splits (128 blocks, 16 tiles each) 2306 GB/s, 33 splits 2124, 66 splits (the
-#: previous four-wave rule) 1636; B = 1 GQA 4:1 32k: 16 splits 2468, 66 splits 2111.
-#: So: one wave (WAVES blocks per SM), but at most MAX_TILES_PER_SPLIT key tiles a split
-#: (B = 8 GQA 4:1 32k, 64 blocks: 8 splits of 32 tiles 2913, 16 of 16 tiles 2806, 4 of
-#: 64 tiles 2480 in run 5 of results/decode-h100-2026-11-24).
-#: Blocks with several query tiles per head tile (MQA/GQA with Sq > 1 past MAX_ROWS)
-#: re-read K/V per query tile and keep the former four waves (B = 1 MQA Sq 4 32k: 256
-#: splits 1052 GB/s, 66 splits 648). The combine reads back every split's partial state
-#: (acc, m, l per row): that traffic may reach at most COMBINE_SHARE of the K/V bytes.
-WAVES = 1
-WAVES_REREAD = 4
-MAX_TILES_PER_SPLIT = 32
+#: Split heuristic (choose_num_splits), from two H100 runs of 2026-11-24 (results/
+#: decode-h100-2026-11-24b: run A swept the split count, run B timed a one-wave rule on
+#: the whole grid). The split kernel holds one block per SM (255 registers x 256
+#: threads) and streams its key tiles through a pipeline, so a split should hold several
+#: tiles, and the blocks should fill whole waves:
+#: - splits of one to four tiles lose (B = 8 MQA 32k: 66 splits of 4 tiles 1641 GB/s,
+#:   16 splits of 16 tiles 2306; B = 1 GQA 4:1 32k: 66 x 4 tiles 2158, 16 x 16 2468;
+#:   8k caches: 64 x 1 tile 1397, 16 x 4 tiles 1738): at least MIN_SPLIT_TILES..
+#:   MAX_SPLIT_TILES tiles a split (a sixteenth of the cache, within those bounds);
+#: - but never fewer splits than fill one wave, rounded down (B = 8 MQA 8k: 16 splits,
+#:   128 blocks, 1577; 17 splits, 136 blocks: a second wave of 4 blocks, 1362);
+#: - and never more than the former four waves (WAVES) give: where those splits were
+#:   long enough, fewer lost (B = 1 MHA 8k: 17 splits 2344, 5 splits 1905; B = 8 GQA 8k:
+#:   8 splits 2573, 3 splits 2216; B = 64 GQA Sq 4 8k: 1 split 3048, 2 splits 2763).
+#: The combine reads back every split's partial state (acc, m, l per row): that traffic
+#: may reach at most COMBINE_SHARE of the K/V bytes.
+WAVES = 4
+MIN_SPLIT_TILES = 4
+MAX_SPLIT_TILES = 16
 COMBINE_SHARE = 0.5
 #: The combine holds every split of a row chunk in registers: at most this many floats.
 COMBINE_FLOATS = 8192
@@ -119,18 +122,19 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
 
 
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
-                      partial_bytes: int, reread: bool = False) -> int:
+                      partial_bytes: int) -> int:
     """Key splits for `blocks` (batch x head tiles x query tiles) blocks over `key_tiles`
-    tiles of cache capacity: enough blocks for one wave (WAVES_REREAD waves when the
-    query tiles of a head tile re-read K/V, `reread`), splits of at most
-    MAX_TILES_PER_SPLIT tiles, at least one key tile each, at most MAX_SPLITS, and the
-    combine's traffic (2 x splits x partial_bytes: written, then read) at most
-    COMBINE_SHARE of the K/V bytes. From the capacity, not the lengths: those live on
-    the device (reading them would cost a sync and break CUDA graph capture)."""
+    tiles of cache capacity: splits of a sixteenth of the cache (MIN_SPLIT_TILES to
+    MAX_SPLIT_TILES tiles), at least one full wave of blocks, at most WAVES waves, at
+    least one key tile each, at most MAX_SPLITS, and the combine's traffic (2 x splits x
+    partial_bytes: written, then read) at most COMBINE_SHARE of the K/V bytes. From the
+    capacity, not the lengths: those live on the device (reading them would cost a sync
+    and break CUDA graph capture)."""
     if blocks <= 0 or key_tiles <= 0:
         return 1
-    waves = WAVES_REREAD if reread else WAVES
-    want = max(-(-waves * num_sms // blocks), -(-key_tiles // MAX_TILES_PER_SPLIT))
+    waves = (WAVES * num_sms + blocks // 2) // blocks           # rounded to the nearest
+    tiles = min(max(key_tiles // 16, MIN_SPLIT_TILES), MAX_SPLIT_TILES)
+    want = min(waves, max(num_sms // blocks, -(-key_tiles // tiles)))
     combine_cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial_bytes, 1))
     return max(1, min(want, key_tiles, MAX_SPLITS, combine_cap))
 
@@ -147,7 +151,7 @@ def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
     return choose_num_splits(
         blocks, -(-capacity // tile_n), num_sms,
         kv_bytes=B * Hkv * capacity * (head_dim + dv) * esize,
-        partial_bytes=B * Sq * Hq * (_tile_width(dv) + 2) * 4, reread=q_tiles > 1)
+        partial_bytes=B * Sq * Hq * (_tile_width(dv) + 2) * 4)
 
 
 def combine_tiles(splits: int, head_dim_v: int) -> tuple[int, int]:

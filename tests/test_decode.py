@@ -131,14 +131,14 @@ def test_row_tiles_and_split_choice():
     assert row_tiles(32, 1, 4, 64) == (32, 2)       # MQA, Sq=4: two query tiles
     assert row_tiles(12, 2, 1, 64) == (2, 8)        # group of 6: tiles of 2 heads
     kw = dict(partial_bytes=32 * 130 * 4)
-    # enough blocks already, short caches: at most 32 tiles a split
-    assert choose_num_splits(2048, 64, 132, kv_bytes=64 * 32 * 8192 * 512, **kw) == 2
-    # GQA 4:1, B = 8 (64 blocks), 256 tiles: 32 tiles a split (8 ran fastest on an H100)
+    # enough blocks already (64 x 32 heads, 8k keys): one split
+    assert choose_num_splits(2048, 64, 132, kv_bytes=64 * 32 * 8192 * 512, **kw) == 1
+    # GQA 4:1, B = 8 (64 blocks), 32k keys: four waves, 32 tiles a split (fastest)
     assert choose_num_splits(64, 256, 132, kv_bytes=8 * 8 * 32768 * 512, **kw) == 8
-    # MQA, B = 8 (8 blocks): one wave (16 splits of 16 tiles beat 66 of 4 on an H100)
-    assert choose_num_splits(8, 256, 132, kv_bytes=8 * 32768 * 512, **kw) == 17
-    # ... unless the query tiles re-read K/V: four waves
-    assert choose_num_splits(8, 256, 132, kv_bytes=8 * 32768 * 512, reread=True, **kw) == 66
+    # MQA, B = 8 (8 blocks), 32k keys: 16 tiles a split, one full wave (not 66 of 4)
+    assert choose_num_splits(8, 256, 132, kv_bytes=8 * 32768 * 512, **kw) == 16
+    # MHA, B = 1 (32 blocks), 8k keys: 4 tiles a split, within four waves
+    assert choose_num_splits(32, 64, 132, kv_bytes=32 * 8192 * 512, **kw) == 16
     # MQA, batch 1, 128k keys: one block unsplit; one wave of splits
     assert choose_num_splits(1, 1024, 132, kv_bytes=131072 * 512, **kw) == 132
     # ... but at 8k keys the combine's traffic (half the K/V bytes at most) caps it
