@@ -56,6 +56,21 @@ NOPAD = [("""                  order=(0, 1, 3, 2),                # K^T via the 
 # (causal mask without the bounds test, added as 0 / -inf) and `sample7` (all the sample's
 # differences). fused.py took consthead's and maskadd's substance, not their text.
 
+# The sample's epilogue: acc / l with no guard for rows that saw no key (l == 0 -> NaN).
+EPILOGUE = [("""    has_keys = l_i != 0.0
+    l_safe = ct.where(has_keys, l_i, 1.0)
+    out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
+    out = ct.where(has_keys, out, 0.0)""", """    has_keys = l_i != 0.0
+    out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)""")]
+
+# The sample's way to apply the causal mask: added as 0 / -inf instead of selected.
+MASKADD = [("""            keep = key_pos <= q_pos                         # [TM, TN]
+        else:
+            keep = key_pos < seq_k                          # [1, TN]
+        qk = ct.where(keep, qk, NEG_INF)""", """            qk = qk + ct.where(key_pos <= q_pos, 0.0, NEG_INF)
+        else:
+            qk = ct.where(key_pos < seq_k, qk, NEG_INF)""")]
+
 VARIANTS = {
     "same": [],                       # an identical copy: the run's noise
     "lat24": LAT24,
@@ -63,6 +78,10 @@ VARIANTS = {
     "nosafe": NOSAFE,
     "nopad": NOPAD,
     "sample4": LAT24 + NATURAL + NOSAFE + NOPAD,
+    "epilogue": EPILOGUE,
+    "maskadd": MASKADD,
+    "sample6": LAT24 + NATURAL + NOSAFE + NOPAD + EPILOGUE + MASKADD,
+    "epi_add": EPILOGUE + MASKADD,
 }
 # Text appended to a variant (module-level helpers it needs).
 APPENDIX: dict = {}
