@@ -121,6 +121,7 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
 
     if B * Hq * Sq == 0:
         return []
+    _check_grid(kernel_name, B, Hq)
     alloc = _resolve_alloc(alloc, q, dtype)
     if not has_mask:
         mask = alloc((1, 1, 1, 1), "float32")     # never read: HAS_MASK=False
@@ -246,6 +247,22 @@ def _check_inputs(named) -> None:
     for n, _ in named[1:]:
         if names[n] != names["q"]:
             raise TypeError(f"{n} dtype ({names[n]}) must match q dtype ({names['q']})")
+
+
+#: CUDA's limit on a grid's y and z extents (x allows 2^31 - 1).
+MAX_GRID_YZ = 65535
+
+
+def _check_grid(kernel_name, B, Hq):
+    """The launch grids fit the GPU: the fused kernel puts heads on y and the batch on z,
+    the naive kernels B * Hq on one of y/z. A clear error instead of a launch failure."""
+    if kernel_name == "fused":
+        if B > MAX_GRID_YZ or Hq > MAX_GRID_YZ:
+            raise ValueError(f"batch ({B}) and q heads ({Hq}) must each be <= {MAX_GRID_YZ} "
+                             "for the fused kernel (the GPU's grid limit on its y and z axes)")
+    elif B * Hq > MAX_GRID_YZ:
+        raise ValueError(f"batch * q heads ({B * Hq}) must be <= {MAX_GRID_YZ} for the naive "
+                         "kernel (the GPU's grid limit on its y and z axes)")
 
 
 def _check_qkvo(q, k, v, out):

@@ -284,6 +284,24 @@ def test_plan_fmha_rejects_bad_input_naming_it(exc, names, call):
     _check(exc, names, call)
 
 
+@pytest.mark.parametrize("kernel,B,Hq,ok", [("fused", 65535, 2, True), ("fused", 65536, 1, False),
+                                             ("fused", 1, 65536, False),
+                                             ("naive", 32768, 2, False), ("naive", 1, 65535, True)])
+def test_plan_fmha_checks_the_grid_limit(kernel, B, Hq, ok):
+    """Batch and heads that the launch grid cannot hold are a ValueError naming both, for
+    shape-only stand-ins (no memory needed); sizes at the limit still plan."""
+    from spak.gpu.compile import _ArraySpec
+    q = _ArraySpec((B, Hq, 8, 16), "float16")
+    kv = _ArraySpec((B, 1, 8, 16), "float16")
+    alloc = lambda shape, kind: _ArraySpec(tuple(shape), "float32")  # noqa: E731
+    call = lambda: plan_fmha(kernel, q, kv, kv, q, alloc=alloc)  # noqa: E731
+    if ok:
+        grid = call()[0].grid
+        assert max(grid[1:]) <= 65535 and grid[0] * grid[1] * grid[2] >= B * Hq
+    else:
+        _check(ValueError, ["65535", str(B) if kernel == "fused" else str(B * Hq)], call)
+
+
 def test_scale_bound_is_the_same_in_spak_fmha_and_the_plan():
     from spak.gpu import plan
     api = pytest.importorskip("spak.api")
