@@ -47,7 +47,8 @@ def _resolve(args) -> "_Request | int":
         return _err(f"error: argument --kernel: {fam.name} has kernels "
                     f"{', '.join(fam.kernels)}, not {kernel!r}")
     try:
-        problems, skipped = S.select_problems(fam, args.shapes, dtype=args.dtype,
+        problems, skipped = S.select_problems(fam, args.shapes or list(fam.sweep_shapes),
+                                              dtype=args.dtype,
                                               causal=args.causal)
     except ShapeError as e:
         return _err(f"error: argument --shapes: {e}")
@@ -255,8 +256,9 @@ def add_arguments(p) -> None:
     kernels = list(dict.fromkeys(k for n in families.names() for k in families.get(n).kernels))
     add_family_argument(p)
     p.add_argument("--kernel", choices=kernels, default=None)
-    p.add_argument("--shapes", nargs="+", default=["standard"],
-                   metavar="SHAPE", help="named sets and/or shapes (default: standard)")
+    p.add_argument("--shapes", nargs="+", default=None,
+                   metavar="SHAPE", help="named sets and/or shapes (default: the family's "
+                   "sweep set: standard for fmha_fwd/fmha_bwd, bench for fmha_decode)")
     p.add_argument("--dtype", choices=("fp16", "bf16", "all"), default="fp16")
     p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     p.add_argument("--plan", default=None,

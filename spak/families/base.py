@@ -170,6 +170,8 @@ class KernelFamily:
     sweep_fallback: Mapping[str, Mapping[str, Sequence]] = {}
     #: the peers `spak sweep` times once per shape beside the configs (among `peers`)
     sweep_peers: tuple[str, ...] = ()
+    #: the shape sets `spak sweep` takes when --shapes is not given
+    sweep_shapes: tuple[str, ...] = ("standard",)
 
     def knob_keys(self) -> tuple[str, ...]:
         """Kernel Constant knobs a sweep config may carry besides `space_keys` (integers in

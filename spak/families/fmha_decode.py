@@ -312,6 +312,11 @@ class FmhaDecode(KernelFamily):
              "copy")
     entry_point = "spak.fmha_kvcache"
     shape_sets = SHAPE_SETS
+    # the GPU sweep: tiles per (dtype, D, group, Sq, paged); the split count stays the
+    # planner's rule (num_splits 0), since the store's key has no cache length
+    sweep_plan = "plans/fmha_decode.toml"
+    sweep_peers = ("sdpa-cudnn", "sdpa-flash")
+    sweep_shapes = ("bench",)
 
     def grammar_help(self) -> str:
         return GRAMMAR_HELP
