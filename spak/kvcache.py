@@ -23,7 +23,9 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
   {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY"} (gpu.plan_decode: keys per step, most
   query rows per block, how a tile of several pages is read, the split kernel's occupancy
-  hint).
+  hint). TILE_N and MAX_ROWS not given come from the tuned-config store's fmha_decode entry
+  for this GPU and (dtype, D, Hq // Hkv, Sq, paged) when it has one (`spak sweep --family
+  fmha_decode --update-store`), else from gpu.plan_decode.default_decode_tiles.
 
 Returns [B, Sq, Hq, Dv] in q's dtype. Forward only. Registered as the custom op
 ``torch.ops.spak.fmha_kvcache`` (with a fake implementation) for torch.compile; it
@@ -243,6 +245,8 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     bt = block_table
     if bt is not None and bt.dtype != torch.int32:
         bt = bt.to(torch.int32)
+    if tile_n == 0 or max_rows == 0:          # not given: the tuned store's, else default
+        tile_n, max_rows = _tuned(q, k_cache, bt is not None, tile_n, max_rows)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
                               num_splits, tile_n, max_rows, page_mode, occupancy)
     # one workspace allocation per call, through torch's caching allocator (and its
@@ -251,6 +255,38 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     tensors = {"q": q, "k": k_cache, "v": v_cache, "lens": lens, "out": out, "bt": bt}
     launch_templates(q.device, templates, work, tensors)
     return out
+
+
+def _tuned(q, k_cache, paged: bool, tile_n: int, max_rows: int) -> tuple[int, int]:
+    """(TILE_N, MAX_ROWS) for a call that left them to SPAK (0): looked up here, in the
+    op's body, so that torch.compile traces no store access (as spak.fmha)."""
+    from spak.api import _device_info
+    name = _device_info(q.device)[1] if q.is_cuda else ""     # a CPU run (the simulator)
+    t = decode_tiles(name, q.dtype, q.shape[3],
+                     q.shape[2] // k_cache.shape[2], q.shape[1], paged)
+    return tile_n or t["TILE_N"], max_rows or t["MAX_ROWS"]
+
+
+_tuned_cache: dict = {}
+
+
+def decode_tiles(gpu_name: str, dtype, head_dim: int, group: int, seq_q: int,
+                 paged: bool) -> dict:
+    """{"TILE_N", "MAX_ROWS"}: the tuned store's entry of the fmha_decode family for this
+    GPU and (dtype, head dim, GQA group, Sq, paged) -- what `spak sweep --family
+    fmha_decode --update-store` files -- else gpu.plan_decode's defaults. Memoised per
+    store file version (a rewritten store is read again)."""
+    from spak.api import _store_version
+    from spak.gpu.plan_decode import default_decode_tiles
+    from spak.tune import store as tuned
+    key = {"dtype": tuned.normalize_dtype(str(dtype)), "head_dim": int(head_dim),
+           "group": int(group), "seq_q": int(seq_q), "paged": bool(paged)}
+    memo = (gpu_name, *key.values(), _store_version())
+    if memo not in _tuned_cache:
+        base = default_decode_tiles(head_dim)
+        found = tuned.lookup_key("fmha_decode", gpu_name, "splitkv", key) or {}
+        _tuned_cache[memo] = {k: int(found.get(k) or base[k]) for k in ("TILE_N", "MAX_ROWS")}
+    return dict(_tuned_cache[memo])
 
 
 def launch_templates(device, templates, work, tensors) -> None:
@@ -297,7 +333,8 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
     s, t = validate(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
                     is_causal=is_causal, scale=scale, num_splits=num_splits, tiles=tiles)
     from spak.gpu.plan_decode import default_decode_tiles
-    cfg = {**default_decode_tiles(q.shape[3]), **t}
+    # TILE_N / MAX_ROWS not given: 0, resolved in the op body from the tuned store
+    cfg = {**default_decode_tiles(q.shape[3]), "TILE_N": 0, "MAX_ROWS": 0, **t}
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
                                    device=q.device)
