@@ -175,6 +175,9 @@ class NumericModel:
     #: contract a float32 multiply feeding an add/sub into one fused multiply-add, as the
     #: GPU compiler does (sim.tile.binary). Off: every op rounds on its own.
     contract_fma = False
+    #: with contract_fma: an add whose left operand is an unfusable multiply is not
+    #: contracted with its right one (the sm_90 SASS, sim.tile._contract)
+    fma_left_mul_first = False
 
     def __init__(self, threads: int | None = None):
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
@@ -1075,6 +1078,25 @@ def blocked_sum(x: np.ndarray, axes, dtype, rnd=None, itemsize=None):
     return _blocked_rows(x, lay, rnd)
 
 
+def f32_dot_chain(a, b, acc, order):
+    """fp32 ct.mma / ct.matmul of fp32 tiles as sm_90 runs it (no tensor core: the SASS of
+    the FFT sample has FMUL + FADD, no FFMA): per output a chain from +0 over the K
+    products, each rounded (fl(a_k * b_k)), taken in `order` ("asc": k ascending), then
+    the accumulator added. a [.., M, K], b [.., K, N], acc [.., M, N] (numpy broadcasting)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    k = a.shape[-1]
+    ks = range(k) if order == "asc" else [int(i) for i in order]
+    s = None
+    with np.errstate(all="ignore"):
+        for i in ks:
+            p = a[..., :, i:i + 1] * b[..., i:i + 1, :]
+            s = p + np.float32(0) if s is None else s + p
+        if s is None:
+            s = np.zeros(np.broadcast_shapes(a.shape[:-1] + (1,), b.shape[:-2] + (1, b.shape[-1])),
+                         np.float32)
+        return np.asarray(acc, np.float32) + s
+
+
 class Sm90(Sm90v0):
     """sm_90 (H100/H200), measured on an H200 on 2026-11-22 (docs/numerics-sm90.md).
 
@@ -1115,6 +1137,9 @@ class Sm90(Sm90v0):
 
     name = "sm_90"
     contract_fma = True
+    fma_left_mul_first = True
+    #: fp32 mma/matmul: the K order of f32_dot_chain; None: v0's exact sum, one rounding
+    mma_f32_chain = "asc"
     #: how a lane adds the 4 neighbours of a loaded row (tree_sum_f32's chunk)
     sum_chunk = "adjacent"
     #: sums of loaded (non-mma) fp32/fp16 tiles in the blocked-layout order (blocked_sum;
@@ -1140,6 +1165,8 @@ class Sm90(Sm90v0):
     def mma(self, a, b, acc, acc_dtype, y_share=None, in_dtype=None):
         """in_dtype: the operands' cuTile dtype when known (sim.ops.mma passes it); else
         fp16/bf16 are told from b's storage."""
+        if in_dtype == ct.float32 and acc_dtype == ct.float32 and self.mma_f32_chain:
+            return f32_dot_chain(a, b, acc, self.mma_f32_chain)
         if in_dtype == ct.tfloat32:
             if self.mma_tf32 and acc_dtype == ct.float32 and a.ndim == 3 and b.ndim == 3:
                 return hopper_mma_f32(a, b, acc, ct.tfloat32, *self.mma_tf32)
@@ -1354,6 +1381,8 @@ class Sm120(Sm90):
     name = "sm_120"
     sum_chunk = "halving"
     blocked_sums = False     # its lane order differs (above); not read there
+    mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
+    fma_left_mul_first = False   # read from sm_90's SASS only
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 
@@ -1382,6 +1411,8 @@ class Sm89(Sm90):
     name = "sm_89"
     mma_kstep, mma_fbits, mma_ezero = 8, 24, -132
     blocked_sums = False     # sm_90's blocked order is not checked on an sm_89 GPU
+    mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
+    fma_left_mul_first = False   # read from sm_90's SASS only
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 

@@ -36,7 +36,7 @@ def derived_layout(shape, *operands):
 
 
 class Tile:
-    __slots__ = ("v", "dtype", "share", "f64", "layout", "product", "uses", "fused_at")
+    __slots__ = ("v", "dtype", "share", "f64", "layout", "product", "uses", "fused_at", "mul")
     __hash__ = None  # elementwise __eq__
 
     def __init__(self, v: np.ndarray, dtype, share=None, layout=None):
@@ -58,6 +58,9 @@ class Tile:
         self.product = None
         self.uses = 0
         self.fused_at = None
+        # mul: a float multiply's result in a contracting model, fused or not (the sm_90
+        # rule that a left multiply operand of an add blocks the right one, _contract)
+        self.mul = False
 
     # -- shape ---------------------------------------------------------------------------
     @property
@@ -359,6 +362,7 @@ def binary(op: str, a, b, **kw):
     out = Tile(r, dt, layout=derived_layout(r.shape[1:], a, b))
     if op == "mul" and dt in _CONTRACTED and model.contract_fma:
         site = current().kernel_line()
+        out.mul = True
         if site not in current().unfused_sites:
             out.product = (av, bv, site)
     return out
@@ -383,6 +387,13 @@ def _contract(op, a, b, av, bv, ndim, dt=ct.float32):
     SASS: (s * c) + (mask * log2e) -> fma(s, c, mask * log2e))."""
     from .fma import fma_bf16, fma_f32
     fma = fma_f32 if dt == ct.float32 else fma_bf16
+    if (current().model.fma_left_mul_first and isinstance(a, Tile) and a.mul
+            and (a.product is None or a.uses != 1)):
+        # sm_90: a multiply on the left that cannot be fused (another use) leaves the add
+        # an FADD even when the right operand is a single-use product (SASS of x*c + y*z
+        # with x*c stored too: no FFMA; y*z + x*c: FFMA; TileGym's recurrent gated delta
+        # rule State*e + K*D: 51.16% -> 100% on an H100, docs/numerics-sm90.md section 14)
+        return None
     for t in (a, b):
         # uses == 1: this add is the product's only use so far (a second one later raises
         # ContractionConflict from note_use and the group re-runs without this fusion)

@@ -280,7 +280,9 @@ def dot1d(X, Y, OUT, N: C):
 def test_matmul_of_vectors_is_a_dot_product(rng):
     x, y = rng.standard_normal(32).astype(np.float32), rng.standard_normal(32).astype(np.float32)
     out = np.zeros(1, np.float32)
-    sim.launch(dot1d, (1,), (x, y, out, 32))
+    # the ieee model: one rounding of the exact dot product (sm_90 runs fp32 matmuls as
+    # FMUL + FADD chains: tests/test_sim_f32_chains.py)
+    sim.launch(dot1d, (1,), (x, y, out, 32), model="ieee")
     assert out[0] == np.float32(np.dot(x.astype(np.float64), y.astype(np.float64)))
 
 
