@@ -14,6 +14,7 @@ import cuda.tile as ct
 from . import dtypes
 from .context import current
 from .errors import SimNotSupported, SimTypeError
+from .numerics import HALF_BLOCKED_LAYOUT
 from .tile import (MMA_LAYOUT, Tile, as_tile, binary, derived_layout, lane_array, operand_dtype,
                    result_dtype)
 
@@ -162,7 +163,10 @@ def astype(x, dtype, /, *, rounding_mode=None):
         return x
     model = current().model
     if dtypes.is_float(dtype):
-        return Tile(dtypes.round_value(model, x.v, dtype), dtype, x.share, layout=x.layout)
+        layout = x.layout
+        if layout is None and dtype == ct.float32 and x.dtype in (ct.float16, ct.bfloat16):
+            layout = HALF_BLOCKED_LAYOUT      # the values stay where the 2-byte load put them
+        return Tile(dtypes.round_value(model, x.v, dtype), dtype, x.share, layout=layout)
     if dtype == ct.bool_:
         return Tile(x.v != 0, dtype)
     return Tile(model.round_to(x.v, dtype), dtype)

@@ -71,8 +71,11 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "mma": (MODEL, "fp16/bf16 -> fp32: Hopper k16 truncating fused sum, 100% on the " + _PROBE +
                    " and on the " + _H100 + " (the sample-style matmul); tf32 -> fp32: the same "
                    "fused sum in k8 steps, 100% on the H100; fp16 -> fp16: each k16 step's exact "
-                   "sum rounded to fp16, 100% on the H100 (via ct.matmul); fp32, fp64: exact "
-                   "products and one rounding (semantics only); fp8 -> fp16/fp32: exact products, "
+                   "sum rounded to fp16, 100% on the H100 (via ct.matmul); fp32 (sm_90): no "
+                   "tensor core, per output a chain from +0 over the rounded products, k "
+                   "ascending, then the accumulator added (FMUL + FADD, read from the SASS "
+                   "for K = 4..32), 100% on the " + _H100S + " (the FFT sample); fp64, and "
+                   "fp32 on sm_120/sm_89: exact products and one rounding (semantics only); fp8 -> fp16/fp32: exact products, "
                    "one rounding (semantics only: Hopper's fp8 accumulation is known to keep "
                    "fewer bits); int8/uint8 -> int32 exact"),
     "mma_scaled": (UNSUP, "block-scaled fp8/fp4 MMA is an sm_100+ instruction; the simulator "
@@ -104,7 +107,9 @@ SUPPORT: dict[str, tuple[str, str]] = {
                    "1-D, all axes, fp16 rows); bf16 likewise (the 2-byte layout, each add "
                    "rounded to bf16) and fp16 rows of 1024 / axis 0: 100% on the " + _H100S +
                    "; a gathered 1-D fp32 tile (ct.gather result): lanes fastest, one element "
-                   "per thread and repeat, 100% there (TileGym softmax); mma tiles: fragment "
+                   "per thread and repeat, 100% there (TileGym softmax); fp32 from a converted "
+                   "fp16/bf16 load: the 2-byte layout, 100% there (rows of 32x64, TileGym's "
+                   "FMHA backward preprocess); mma tiles: fragment "
                    "order, 100% on the " + _PROBE + "; other float cases (other shapes, "
                    "layouts, >2-D): float64 sum, one rounding (unverified); rounding_mode/ftz "
                    "unsupported; sm_120/sm_89: their earlier orders (unverified)"),

@@ -17,7 +17,7 @@ import cuda.tile as ct
 from . import dtypes
 from .errors import ContractionConflict, Divergence, SimNotSupported, SimTypeError
 from .context import current
-from .numerics import GATHER_LAYOUT, MMA_LAYOUT
+from .numerics import GATHER_LAYOUT, HALF_BLOCKED_LAYOUT, MMA_LAYOUT
 
 
 def derived_layout(shape, *operands):
@@ -32,6 +32,9 @@ def derived_layout(shape, *operands):
     # loop: TileGym's rms_norm) keeps the result blocked
     if same and all(x.layout == GATHER_LAYOUT for x in same):
         return GATHER_LAYOUT
+    # likewise converted fp16/bf16 loads (all of them: a mix with fp32 loads is not read)
+    if same and all(x.layout == HALF_BLOCKED_LAYOUT for x in same):
+        return HALF_BLOCKED_LAYOUT
     return None
 
 
