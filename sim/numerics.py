@@ -934,6 +934,23 @@ def fragment_row_sum_f32(x: np.ndarray) -> np.ndarray:
     return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
 
 
+def fragment_row_chain_f32(x: np.ndarray) -> np.ndarray:
+    """float32 row sums of an mma accumulator tile of 256 rows, as the sm_90 compiler emits
+    them for TileGym's FMHA forward (TILE_M 256, TILE_N 128, read from its SASS): lane t of
+    a quad runs ONE sequential chain over its values in fragment order (columns 8k + 2t,
+    8k + 2t + 1, k ascending), starting from the first value (no +0), then the quad meets
+    by butterflies xor 2, xor 1. With 4 m64 accumulator blocks a thread the compiler keeps
+    one chain where, with fewer rows (fragment_row_sum_f32), it runs two from +0."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1] // 8
+    frag = np.moveaxis(x.reshape(x.shape[:-1] + (k, 4, 2)), -2, -3)   # [.., lane t, k, e/o]
+    frag = frag.reshape(frag.shape[:-2] + (2 * k,))
+    t = frag[..., 0]
+    for i in range(1, 2 * k):
+        t = t + frag[..., i]
+    return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
 
@@ -1146,6 +1163,8 @@ class Sm90(Sm90v0):
     mma_f32_chain = "asc"
     #: how a lane adds the 4 neighbours of a loaded row (tree_sum_f32's chunk)
     sum_chunk = "adjacent"
+    #: 256-row mma tiles sum each row in one chain (fragment_row_chain_f32)
+    row_chain_256 = True
     #: sums of loaded (non-mma) fp32/fp16 tiles in the blocked-layout order (blocked_sum;
     #: read from the sm_90 SASS, 100% on an H100: results/sim-ops-h100-2026-11-24)
     blocked_sums = True
@@ -1266,6 +1285,10 @@ class Sm90(Sm90v0):
         if dtype == ct.float32 and len(axes) == 1:
             n, last = x.shape[axes[0]], axes[0] % x.ndim == x.ndim - 1
             if layout == MMA_LAYOUT and last and n % 8 == 0:
+                if self.row_chain_256 and x.ndim >= 2 and x.shape[-2] == 256:
+                    # TileGym's FMHA forward with LSE (256x128 tiles, an H100): 26 of 512
+                    # LSE values 1 ulp -> 0; only that tile shape was measured
+                    return fragment_row_chain_f32(x)
                 return fragment_row_sum_f32(x)
             if _pow2(n):
                 return tree_sum_f32(x, axes[0], self.sum_chunk)
@@ -1395,6 +1418,7 @@ class Sm120(Sm90):
 
     name = "sm_120"
     sum_chunk = "halving"
+    row_chain_256 = False       # measured on sm_90 only
     blocked_sums = False     # its lane order differs (above); not read there
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
@@ -1428,6 +1452,7 @@ class Sm89(Sm90):
     blocked_sums = False     # sm_90's blocked order is not checked on an sm_89 GPU
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
+    row_chain_256 = False        # read from sm_90's SASS only
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 
