@@ -951,6 +951,24 @@ def fragment_row_chain_f32(x: np.ndarray) -> np.ndarray:
     return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
 
 
+def fragment_col_sum_f32(x: np.ndarray) -> np.ndarray:
+    """float32 sums along axis -2 (down the rows) of an mma accumulator tile of M = 64 B
+    rows, as measured on an H100 through TileGym's decode kernels (`ct.sum(l_i, 0)` of a
+    [TILE_N, group] tile: flash_decode 128 x 8, the two MLA decoders): row 64b + 16w + 8h + g
+    sits in warp w, lane group g, register (b, h). A thread adds its two rows 8 apart, then
+    its m64 blocks pairwise (halving over b); the lane groups meet by butterflies xor 16,
+    8, 4 (rows 4, 2, 1 apart), the warps through shared memory as (w0 + w2) + (w1 + w3).
+    Found by fitting orders to the recorded LSEs (no SASS read)."""
+    x = np.asarray(x, np.float32)
+    m, n = x.shape[-2:]
+    v = x.reshape(x.shape[:-2] + (m // 64, 4, 2, 8, n))         # [.., b, w, h, g, n]
+    v = v[..., 0, :, :] + v[..., 1, :, :]                          # h: rows 8 apart
+    v = np.moveaxis(v, -4, -1)                                     # [.., w, g, n, b]
+    v = _halving(v, -1)                                            # m64 blocks
+    v = _halving(v, -2)                                            # lanes: [.., w, n]
+    return _halving(v, -2)                                         # warps
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
 
@@ -1165,6 +1183,8 @@ class Sm90(Sm90v0):
     sum_chunk = "adjacent"
     #: 256-row mma tiles sum each row in one chain (fragment_row_chain_f32)
     row_chain_256 = True
+    #: axis -2 sums of mma tiles in the fragment's order (fragment_col_sum_f32)
+    col_sums_mma = True
     #: sums of loaded (non-mma) fp32/fp16 tiles in the blocked-layout order (blocked_sum;
     #: read from the sm_90 SASS, 100% on an H100: results/sim-ops-h100-2026-11-24)
     blocked_sums = True
@@ -1284,6 +1304,9 @@ class Sm90(Sm90v0):
                 return r
         if dtype == ct.float32 and len(axes) == 1:
             n, last = x.shape[axes[0]], axes[0] % x.ndim == x.ndim - 1
+            if layout == MMA_LAYOUT and self.col_sums_mma and x.ndim >= 2 and \
+                    axes[0] % x.ndim == x.ndim - 2 and n % 64 == 0:
+                return fragment_col_sum_f32(x)
             if layout == MMA_LAYOUT and last and n % 8 == 0:
                 if self.row_chain_256 and x.ndim >= 2 and x.shape[-2] == 256:
                     # TileGym's FMHA forward with LSE (256x128 tiles, an H100): 26 of 512
@@ -1419,6 +1442,7 @@ class Sm120(Sm90):
     name = "sm_120"
     sum_chunk = "halving"
     row_chain_256 = False       # measured on sm_90 only
+    col_sums_mma = False
     blocked_sums = False     # its lane order differs (above); not read there
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
@@ -1453,6 +1477,7 @@ class Sm89(Sm90):
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
     row_chain_256 = False        # read from sm_90's SASS only
+    col_sums_mma = False         # measured on sm_90 only
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 
