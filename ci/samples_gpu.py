@@ -697,14 +697,15 @@ CAUSES = {
     "s_fft": "kernel 100% (fp32 ct.matmul = FMUL+FADD chains, docs/numerics-sm90.md 14); "
              "the free run differs because the host computes the twiddles with torch's "
              "cos/sin, which differ between CPU and CUDA (7-47 elements of each table)",
-    "t_fmha_bwd": "forward-with-LSE kernel: 26 of 512 LSE values and 3 outputs 1 ulp "
-                  "(m + log2(l); not bisected: ct.log2 is the modelled libdevice sequence "
-                  "in its SASS)",
+    "t_fmha_bwd": "forward-with-LSE kernel 100% since its 256-row tiles' row sums are one "
+                  "chain a lane (docs/numerics-sm90.md 15; 26 LSE values, 3 outputs)",
     "t_gemma_attention": "soft cap's tanh and the exp2 of masked rows: not bisected further",
-    "t_splitk_reduce": "2 of 8192 elements 1 ulp: not bisected",
-    "t_fmha_decode": "1 of 520 split outputs (LSE) 1 ulp: not bisected",
-    "t_mla_decoding": "1 of 8208 (LSE) 1 ulp: not bisected",
-    "t_mla_split": "5 of 32816 (LSE) 1 ulp: not bisected",
+    "t_splitk_reduce": "100% since a 4-element gather sums as a butterfly "
+                       "(docs/numerics-sm90.md 15; 2 elements)",
+    "t_fmha_decode": "100% since axis-0 sums of mma tiles follow the fragment "
+                     "(docs/numerics-sm90.md 15; 1 LSE)",
+    "t_mla_decoding": "100% since axis-0 sums of mma tiles follow the fragment (1 LSE)",
+    "t_mla_split": "100% since axis-0 sums of mma tiles follow the fragment (3 LSE, 2 outputs)",
     "t_moe_align": "program outputs include the sorted token order, which atomics make "
                    "order-dependent on the GPU itself; every launch's outputs 100%",
     "t_layer_norm_legacy": "host code allocates with device=\"cuda\" "
