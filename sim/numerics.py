@@ -182,6 +182,7 @@ class NumericModel:
     #: with contract_fma: an add whose left operand is an unfusable multiply is not
     #: contracted with its right one (the sm_90 SASS, sim.tile._contract)
     fma_left_mul_first = False
+    fma_no_broadcast = False
 
     def __init__(self, threads: int | None = None):
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
@@ -1177,6 +1178,7 @@ class Sm90(Sm90v0):
     name = "sm_90"
     contract_fma = True
     fma_left_mul_first = True
+    fma_no_broadcast = True     # a broadcast product is not contracted (SASS)
     #: fp32 mma/matmul: the K order of f32_dot_chain; None: v0's exact sum, one rounding
     mma_f32_chain = "asc"
     #: how a lane adds the 4 neighbours of a loaded row (tree_sum_f32's chunk)
@@ -1446,6 +1448,7 @@ class Sm120(Sm90):
     blocked_sums = False     # its lane order differs (above); not read there
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
+    fma_no_broadcast = False     # read from sm_90's SASS only
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 
@@ -1476,6 +1479,7 @@ class Sm89(Sm90):
     blocked_sums = False     # sm_90's blocked order is not checked on an sm_89 GPU
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
+    fma_no_broadcast = False     # read from sm_90's SASS only
     row_chain_256 = False        # read from sm_90's SASS only
     col_sums_mma = False         # measured on sm_90 only
     mma_tf32 = None          # not measured there: v0's rule

@@ -390,8 +390,15 @@ def _contract(op, a, b, av, bv, ndim, dt=ct.float32):
     SASS: (s * c) + (mask * log2e) -> fma(s, c, mask * log2e))."""
     from .fma import fma_bf16, fma_f32
     fma = fma_f32 if dt == ct.float32 else fma_bf16
-    if (current().model.fma_left_mul_first and isinstance(a, Tile) and a.mul
-            and (a.product is None or a.uses != 1)):
+    model = current().model
+    shape = tuple(np.broadcast_shapes(av.shape[1:], bv.shape[1:]))
+
+    def broadcast_product(t):
+        # sm_90: a product that the add broadcasts (s + k[:, None] * c) is computed once
+        # on the smaller tile, FMUL before the broadcast, and never contracted (SASS)
+        return model.fma_no_broadcast and isinstance(t, Tile) and t.shape != shape
+    if (model.fma_left_mul_first and isinstance(a, Tile) and a.mul
+            and (a.product is None or a.uses != 1 or broadcast_product(a))):
         # sm_90: a multiply on the left that cannot be fused (another use) leaves the add
         # an FADD even when the right operand is a single-use product (SASS of x*c + y*z
         # with x*c stored too: no FFMA; y*z + x*c: FFMA; TileGym's recurrent gated delta
@@ -400,7 +407,8 @@ def _contract(op, a, b, av, bv, ndim, dt=ct.float32):
     for t in (a, b):
         # uses == 1: this add is the product's only use so far (a second one later raises
         # ContractionConflict from note_use and the group re-runs without this fusion)
-        if isinstance(t, Tile) and t.product is not None and t.uses == 1:
+        if isinstance(t, Tile) and t.product is not None and t.uses == 1 and \
+                not broadcast_product(t):
             x, y, site = t.product
             x, y = _lift(x, ndim), _lift(y, ndim)
             t.fused_at = site
