@@ -93,8 +93,9 @@ def _head_coords(GROUP):
     its coordinates with no run-time integer division. Reading the head counts from the
     array shapes and dividing a flattened B*Hq index (as before) put three divisions by
     run-time values (~130 SASS instructions, in the producer and consumer warps alike)
-    ahead of each block's first load; at D=64 and short causal sequences, where blocks
-    are short, that cost 3-4% (results/fwd-variants-h100-2026-11-24, variant consthead).
+    ahead of each block's first load, which matters where blocks are short (D=64 causal).
+    With the causal test below: +0.5..5% on the H100's D=64 causal shapes, neutral elsewhere,
+    same output bits (results/fwd-variants-h100-2026-11-24, run 4).
     One compiled variant now serves every head count and batch; one per group size.
     """
     h = ct.bid(1)
@@ -180,8 +181,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
             # key_pos <= q_pos also keeps every key past Sk out of a real row: a row
             # i < Sq has q_pos = i + Sk - Sq <= Sk - 1. Only the padding rows past Sq see
             # such keys (zeros, by the load's padding) and they are never stored. One
-            # compare per score instead of two: ~5% at D=64 S <= 1024 causal
-            # (results/fwd-variants-h100-2026-11-24, variant maskadd).
+            # compare per score instead of two.
             keep = key_pos <= q_pos                         # [TM, TN]
         else:
             keep = key_pos < seq_k                          # [1, TN]
