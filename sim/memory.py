@@ -156,7 +156,8 @@ class SimArray:
 
 
 # ---------------------------------------------------------------------------------------
-# numba movers: boxes of up to 4 dims, on the raw bits (so every dtype shares one kernel)
+# numba movers: boxes of up to 4 dims, on the raw bits (so every dtype shares one kernel);
+# a box of more dims reaches them folded to 4 (_fold)
 
 def _gather_py(flat, shape, strides, starts, tshape, pad, out):
     L = starts.shape[0]
@@ -254,9 +255,6 @@ def _box(array: SimArray, index, shape, order, op: str, steps=None):
     if not isinstance(index, (tuple, list)):
         index = (index,)
     nd = array.ndim
-    if nd > 4:
-        from .errors import SimNotSupported
-        raise SimNotSupported(f"ct.{op}: arrays of more than 4 dims")
     if len(index) != nd or len(shape) != nd:
         raise SimTypeError(f"ct.{op} on {array.name} (ndim {nd}): index {tuple(index)} and "
                            f"shape {tuple(shape)} must both have {nd} entries")
@@ -265,19 +263,59 @@ def _box(array: SimArray, index, shape, order, op: str, steps=None):
     astrides = [array.strides[p] for p in perm]
     ctx = current()
     L = ctx.lanes
-    starts = np.zeros((L, 4), np.int64)
+    starts = np.zeros((L, max(nd, 4)), np.int64)
     for a, (ix, ts) in enumerate(zip(index, steps if steps is not None else shape)):
-        col = 4 - nd + a
+        col = max(4 - nd, 0) + a
         if isinstance(ix, Tile):
             if ix.shape != ():
                 raise SimTypeError(f"ct.{op}: index entries must be scalars, got a tile {ix.shape}")
             starts[:, col] = ix.v.astype(np.int64) * int(ts)
         else:
             starts[:, col] = int(ix) * int(ts)
+    if nd > 4:
+        return _fold(starts, ashape, astrides, [int(s) for s in shape], op) + (ashape,)
     shape4 = _pad4(ashape, 1)
     strides4 = _pad4(astrides, 0)
     tshape4 = _pad4([int(s) for s in shape], 1)
     return starts, shape4, strides4, tshape4, ashape
+
+
+def _fold(starts, ashape, astrides, tshape, op):
+    """An N-D box (N > 4; cuTile allows rank 5 and more) as the movers' exact 4-D box, so
+    the 4-D path stays as it is. Dims of tile extent 1 fold into one leading dim whose
+    coordinate is their flat offset (stride 1); a lane outside one of them gets offset -1,
+    which keeps its box wholly outside, as it is. Then a dim the tile covers whole, from 0,
+    merges into the dim before it when the two are contiguous."""
+    shp, std, tsh = list(ashape), list(astrides), list(tshape)
+    cols = [starts[:, a] for a in range(len(shp))]
+    unit = [a for a in range(len(shp)) if tsh[a] == 1]
+    if len(unit) > 1:
+        base = sum(cols[a] * std[a] for a in unit)
+        inside = np.logical_and.reduce([(cols[a] >= 0) & (cols[a] < shp[a]) for a in unit])
+        keep = [a for a in range(len(shp)) if tsh[a] != 1]
+        cols = [np.where(inside, base, -1)] + [cols[a] for a in keep]
+        shp = [1 << 62] + [shp[a] for a in keep]
+        std = [1] + [std[a] for a in keep]
+        tsh = [1] + [tsh[a] for a in keep]
+    a = len(shp) - 2
+    while len(shp) > 4 and a >= 0:
+        if (tsh[a + 1] == shp[a + 1] and std[a] == shp[a + 1] * std[a + 1]
+                and shp[a] < 1 << 62 and not cols[a + 1].any()):
+            cols[a] = cols[a] * shp[a + 1]
+            shp[a], std[a], tsh[a] = shp[a] * shp[a + 1], std[a + 1], tsh[a] * tsh[a + 1]
+            for v in (cols, shp, std, tsh):
+                del v[a + 1]
+            a = min(a, len(shp) - 2)
+        else:
+            a -= 1
+    if len(shp) > 4:
+        from .errors import SimNotSupported
+        raise SimNotSupported(f"ct.{op}: a {len(ashape)}-D box of tile shape {tuple(tshape)} "
+                              "that does not fold to 4 dims (more than 3 dims of extent > 1 "
+                              "that are not contiguous)")
+    starts4 = np.zeros((starts.shape[0], 4), np.int64)
+    starts4[:, 4 - len(shp):] = np.stack(cols, axis=1)
+    return starts4, _pad4(shp, 1), _pad4(std, 0), _pad4(tsh, 1)
 
 
 def _check_box(array, starts, shape4, tshape4, op, index, shape, check_bounds):
