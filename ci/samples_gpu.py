@@ -710,8 +710,13 @@ CAUSES = {
                    "order-dependent on the GPU itself; every launch's outputs 100%",
     "t_layer_norm_legacy": "host code allocates with device=\"cuda\" "
                            "(layer_norm_legacy.py:211): cannot run on a CPU torch",
-    "t_chunk_gdr": "stores to a 5-D array: the simulator's memory model stops at 4-D",
-    "t_mhc": "interpreter mode diverges from the GPU at the Sinkhorn step (not bisected)",
+    "t_chunk_gdr": "5-D loads/stores (folded to the 4-D movers since issue 19)",
+    "t_mhc": "the program, not the simulator: the GPU's autotuner timed SPLIT_K=16 fastest, "
+             "whose splits 4-15 store 64-row tiles wholly outside Y_acc (M*SPLIT_K = 256 "
+             "rows; undefined in cuTile, dropped on the H100), so the GPU's r and y sum 4 of "
+             "16 K-splits (GPU r = RMS of x[:, :1024]); interpreter mode refuses that config "
+             "and its exhaustive_search takes SPLIT_K=1, the correct result: the lock-step's "
+             "buffers (16 vs 256 rows) and the free run's outputs differ from the GPU's",
     "t_matmul": "TileGym autotunes on the GPU even with TILEGYM_DISABLE_AUTOTUNE=1: the "
                 "timed launches are not recorded, the recorded relaunch rewrites equal values",
 }

@@ -301,6 +301,8 @@ EXTERNAL: list[tuple[str, str]] = [
     ("TileGym ops: dropout, layer_norm_legacy kernel, softmax, rms_norm, silu_and_mul, matmul, "
      "bmm, persistent_layer_norm, relu, gelu, geglu, fmha_decode, FMHA forward+backward "
      "(autograd)", "host code (TILEGYM_DISABLE_AUTOTUNE=1)"),
+    ("TileGym chunk_gated_delta_rule (5-D loads/stores; issue 19: 100% bit-identical with "
+     "the H100)", "host code"),
 ]
 NOT_RUN: list[tuple[str, str]] = [
     ("cutile-python BlockScaledMatMul", "ct.mma_scaled (sm_100+) is unsupported"),
@@ -308,5 +310,7 @@ NOT_RUN: list[tuple[str, str]] = [
     ("TileGym layer_norm_legacy's host code", "allocates with device='cuda' (a CPU torch "
      "cannot); host wrappers that only check `is_cuda` now run with "
      "interpret.enable(tensor_is_cuda=True) (the NVIDIA programs table)"),
-    ("TileGym chunk_gated_delta_rule", "stores to a 5-D array (the simulator stops at 4-D)"),
+    ("TileGym mhc's split GEMM at the config the GPU timed fastest", "its SPLIT_K=16 blocks "
+     "store tiles wholly outside Y_acc (undefined in cuTile); the simulator refuses it and "
+     "interpreter mode's autotuner takes a config that runs (issue 19)"),
 ]
