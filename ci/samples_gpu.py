@@ -708,8 +708,8 @@ CAUSES = {
     "t_mla_split": "100% since axis-0 sums of mma tiles follow the fragment (3 LSE, 2 outputs)",
     "t_moe_align": "program outputs include the sorted token order, which atomics make "
                    "order-dependent on the GPU itself; every launch's outputs 100%",
-    "t_layer_norm_legacy": "host code allocates with device=\"cuda\" "
-                           "(layer_norm_legacy.py:211): cannot run on a CPU torch",
+    "t_layer_norm_legacy": "host code allocates with device=\"cuda\" by name "
+                           "(layer_norm_legacy.py:211): runs with cuda_as_cpu=True",
     "t_chunk_gdr": "5-D loads/stores (folded to the 4-D movers since issue 19)",
     "t_mhc": "the program, not the simulator: the GPU's autotuner timed SPLIT_K=16 fastest, "
              "whose splits 4-15 store 64-row tiles wholly outside Y_acc (M*SPLIT_K = 256 "
@@ -857,7 +857,7 @@ def record(out: Path, backend: str, seed: int, only, deadline=None) -> int:
         dev, sync = "cuda", torch.cuda.synchronize
     else:
         from spak import sim
-        sim.enable(tensor_is_cuda=True)
+        sim.enable(tensor_is_cuda=True, cuda_as_cpu=True)
         dev, sync = "cpu", (lambda: None)
     real = ct.launch
     store, meta = {}, {"seed": seed, "backend": backend, "programs": {},
@@ -875,7 +875,8 @@ def record(out: Path, backend: str, seed: int, only, deadline=None) -> int:
             continue
         if backend != "gpu":
             from spak import sim
-            sim.enable(check=p.check, tensor_is_cuda=True, undetermined_padding=p.padding)
+            sim.enable(check=p.check, tensor_is_cuda=True, undetermined_padding=p.padding,
+                       cuda_as_cpu=True)
         rec = Recorder(real, sync)
         ct.launch = rec
         t0 = time.perf_counter()
@@ -978,7 +979,8 @@ def check_program(p, meta, data, launches, torch, seed):
     if info["error"]:
         return row
     sim_launch = interpret.launch
-    interpret.enable(check=p.check, tensor_is_cuda=True, undetermined_padding=p.padding)
+    interpret.enable(check=p.check, tensor_is_cuda=True, undetermined_padding=p.padding,
+                     cuda_as_cpu=True)
     lock = LockStep(sim_launch, launches[p.name])
     ct.launch = lock
     try:
@@ -1049,7 +1051,7 @@ def check(d: Path, only, json_out=None, md_out=None) -> int:
     import torch
     peers_on_path()
     from spak import sim
-    sim.enable(tensor_is_cuda=True)
+    sim.enable(tensor_is_cuda=True, cuda_as_cpu=True)
     meta, data, launches = load_recorded(d)
     rows = []
     for p in select(only):

@@ -11,7 +11,9 @@ arrays, and torch CPU tensors (shared with the kernel, no copy; bfloat16 tensors
 copied in and written back after the launch). A CUDA tensor raises: pass CPU tensors.
 On a torch without CUDA, `torch.cuda.current_stream()`, `get_device_capability()` and
 `get_device_properties()` answer as the simulated GPU while enabled, so host code written
-for the GPU (NVIDIA's samples, TileGym's ops) runs when it has no `is_cuda` checks. Breakpoints and `print`/`ct.printf` work inside kernels:
+for the GPU (NVIDIA's samples, TileGym's ops) runs when it has no `is_cuda` checks
+(tensor_is_cuda=True covers those) and allocates on the inputs' device (cuda_as_cpu=True
+covers `device="cuda"` by name). Breakpoints and `print`/`ct.printf` work inside kernels:
 the kernel's own Python body runs, one block (or one lock-step group of blocks) at a time.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import numpy as np
 import cuda.tile as ct
 
+from . import cuda_as_cpu as _cuda_as_cpu
 from . import dtypes
 from .memory import SimArray
 
@@ -35,7 +38,7 @@ _GPUS = {"sm_90": ((9, 0), 132, "H100 (spak sim sm_90)"),
 
 
 def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
-           tensor_is_cuda=None, undetermined_padding=None) -> None:
+           tensor_is_cuda=None, undetermined_padding=None, cuda_as_cpu=None) -> None:
     """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
 
     cpu_stream: on a torch without CUDA, the host-side queries GPU code makes answer as
@@ -51,7 +54,12 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
 
     undetermined_padding: "poison" (NaN / int max, the simulator's default: finds kernels
     that depend on it) or "zero" (as the H100 filled them for TileGym's attention_sink);
-    None leaves the current setting (sim.memory.set_undetermined_padding)."""
+    None leaves the current setting (sim.memory.set_undetermined_padding).
+
+    cuda_as_cpu: on a CPU torch, torch calls that name a CUDA device (`device="cuda"`,
+    `.cuda()`, `.to("cuda")`) get the CPU instead and `torch.cuda.synchronize()` does nothing,
+    until disable() (sim/cuda_as_cpu.py): for host code that allocates on "cuda" by name.
+    Off by default, on with SPAK_SIM_CUDA_AS_CPU=1."""
     if _state["real"] is None:
         _state["real"] = (ct.launch, ct.tune.exhaustive_search)
     _state["options"] = {"model": model, "check": check, "mode": mode}
@@ -66,6 +74,10 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
         tensor_is_cuda = os.environ.get("SPAK_SIM_IS_CUDA", "") not in ("", "0")
     if tensor_is_cuda and not _state["is_cuda"]:
         _shim_is_cuda()
+    if cuda_as_cpu is None:
+        cuda_as_cpu = os.environ.get("SPAK_SIM_CUDA_AS_CPU", "") not in ("", "0")
+    if cuda_as_cpu:
+        _cuda_as_cpu.enable()
 
 
 def _shim_is_cuda():
@@ -113,6 +125,7 @@ def disable() -> None:
         import torch
         del torch.Tensor.is_cuda      # torch's own property (on TensorBase) answers again
         _state["is_cuda"] = False
+    _cuda_as_cpu.disable()
 
 
 def is_enabled() -> bool:

@@ -204,7 +204,9 @@ SUPPORT: dict[str, tuple[str, str]] = {
                      "run sim.launch on CPU tensors (strided views, bf16, fp8) or numpy arrays, "
                      "with torch.cuda's stream, capability and properties answering as the "
                      "simulated GPU on a CPU torch (tensor_is_cuda / SPAK_SIM_IS_CUDA=1: "
-                     "tensor.is_cuda answers True, for host code that checks it); lists of "
+                     "tensor.is_cuda answers True, for host code that checks it; cuda_as_cpu / "
+                     "SPAK_SIM_CUDA_AS_CPU=1: device=\"cuda\", .cuda(), .to(\"cuda\") give the "
+                     "CPU, for host code that allocates on the GPU by name); lists of "
                      "arrays as arguments; inside a kernel it raises"),
     "compiler_timeout": (HOST, "context manager; nothing is compiled"),
     "foreign_pointer_dtype": (HOST, "dtype factory passes through; foreign pointers themselves "
@@ -307,9 +309,6 @@ EXTERNAL: list[tuple[str, str]] = [
 NOT_RUN: list[tuple[str, str]] = [
     ("cutile-python BlockScaledMatMul", "ct.mma_scaled (sm_100+) is unsupported"),
     ("cutile-python AllGatherMatmul", "multi-GPU symmetric memory; no simulator counterpart"),
-    ("TileGym layer_norm_legacy's host code", "allocates with device='cuda' (a CPU torch "
-     "cannot); host wrappers that only check `is_cuda` now run with "
-     "interpret.enable(tensor_is_cuda=True) (the NVIDIA programs table)"),
     ("TileGym mhc's split GEMM at the config the GPU timed fastest", "its SPLIT_K=16 blocks "
      "store tiles wholly outside Y_acc (undefined in cuTile); the simulator refuses it and "
      "interpreter mode's autotuner takes a config that runs (issue 19)"),
