@@ -3,6 +3,7 @@ model needs to make them bit-exact, recorded in one run.
 
     source .carry/setup.sh && python ci/mufu_probe.py --out $OUT        # on the GPU
     python ci/mufu_probe.py --out /tmp/m --backend sim                  # dry run here
+    python ci/mufu_probe.py --out $OUT --tanh-table     # MUFU.TANH alone: the whole table
 
 rsqrt: every fp32 in [1, 4) (two binades: the exponent's parity matters), as offsets
 from the correctly rounded result in ulps (int8, 2^24 entries), and whether
@@ -95,26 +96,74 @@ def tanh_part(be, n, emin, emax, rng):
     return arrays, info
 
 
+def run_log2(yb):
+    """The largest s such that yb is constant on aligned runs of 2^s entries."""
+    run = 0
+    for s in range(1, 24):
+        if yb.size >> s == 0 or not (yb.reshape(-1, 1 << s) == yb.reshape(-1, 1 << s)[:, :1]).all():
+            break
+        run = s
+    return run
+
+
+def tanh_table_part(be, n, emin=-8, emax=2):
+    """--tanh-table: every fp32 of the binades 2^emin .. 2^emax and their negatives. Per
+    binade: the run length (constancy checked on every input of both signs), odd symmetry
+    on every input, and the run starts' result bits as a first value plus int16/int32
+    differences (monotone, small steps: xz/zlib pack them; no libm needed to rebuild)."""
+    arrays, info = {}, {}
+    for e in range(emin, emax + 1):
+        x = binade(e, n)
+        y = be.op("tanh_approx", x)
+        yn = be.op("tanh_approx", -x)
+        yb = y.view(np.uint32)
+        odd_bad = np.flatnonzero(yn.view(np.uint32) != (-y).view(np.uint32))
+        run = run_log2(yb)
+        starts = yb[:: 1 << run].astype(np.int64)
+        d = np.diff(starts)
+        dt = np.int16 if d.size and np.abs(d).max() < 2 ** 15 else np.int32
+        arrays[f"t{e}_first"] = starts[:1].astype(np.uint32)
+        arrays[f"t{e}_diff"] = d.astype(dt)
+        ref = np.tanh(x[:: 1 << run].astype(np.float64)).astype(np.float32)
+        off = starts - ref.view(np.uint32).astype(np.int64)
+        info[str(e)] = {"run_log2": run, "runs": int(starts.size), "odd_failures": int(odd_bad.size),
+                        "odd_fail_first": [float(v) for v in x[odd_bad[:8]]],
+                        "diff_dtype": np.dtype(dt).name, "diff_min": int(d.min()) if d.size else 0,
+                        "diff_max": int(d.max()) if d.size else 0,
+                        "off_min": int(off.min()), "off_max": int(off.max()),
+                        "off_mean": float(off.mean()), "sign_bits": int((yb >> 31).sum())}
+        print(f"tanh e={e}: {info[str(e)]}", flush=True)
+    return arrays, info
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--backend", choices=("gpu", "sim"), default="gpu")
+    ap.add_argument("--tanh-table", action="store_true",
+                    help="only MUFU.TANH's table: every fp32 in [2^-8, 8) and its negative "
+                         "(writes tanh_table.npz / .json; the rsqrt part is not re-run)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     be = Gpu() if args.backend == "gpu" else Sim()
     n = N23 if args.backend == "gpu" else 1 << 12      # the dry run samples each binade
     t0 = time.perf_counter()
-    arrays, info = rsqrt_part(be, n)
-    a2, i2 = tanh_part(be, n, -20, 4, np.random.default_rng(7))
-    arrays.update(a2)
-    info["tanh"] = i2
+    if args.tanh_table:
+        arrays, info = tanh_table_part(be, n)
+        stem = "tanh_table"
+    else:
+        arrays, info = rsqrt_part(be, n)
+        a2, i2 = tanh_part(be, n, -20, 4, np.random.default_rng(7))
+        arrays.update(a2)
+        info["tanh"] = i2
+        stem = "mufu_probe"
     info["seconds"] = round(time.perf_counter() - t0, 1)
     if args.backend == "gpu":
         import torch
         info["gpu"] = torch.cuda.get_device_name()
-    np.savez_compressed(out / "mufu_probe.npz", **arrays)
-    (out / "mufu_probe.json").write_text(json.dumps(info, indent=1))
+    np.savez_compressed(out / f"{stem}.npz", **arrays)
+    (out / f"{stem}.json").write_text(json.dumps(info, indent=1))
     print(json.dumps(info)[:3000])
     return 0
 

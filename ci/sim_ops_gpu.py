@@ -165,6 +165,95 @@ def scan(X, Y, AX: C, REV: C, PROD: C, TM: C, TN: C):
     ct.store(Y, (ct.bid(0), 0), y)
 
 
+# --- --shapes (issue 19): the rules of docs/numerics-sm90.md 13-15 on other tile shapes -------
+
+@ct.kernel
+def f32_mm(A, B, Cc, O, MODE: C, M: C, K: C, N: C):
+    """fp32 ct.matmul (MODE 0) or ct.mma with an accumulator (MODE 1): FMUL+FADD chains."""
+    a, b = ct.load(A, (0, 0), (M, K)), ct.load(B, (0, 0), (K, N))
+    if MODE == 0:
+        r = ct.matmul(a, b)
+    else:
+        r = ct.mma(a, b, ct.load(Cc, (0, 0), (M, N)))
+    ct.store(O, (0, 0), r)
+
+
+@ct.kernel
+def fma_rules(S, Cc, X, Y, O1, O2, O3, M: C, N: C):
+    """p + x*y with p = s*c stored too (no FFMA on sm_90), x*y + p (x*y fused), and
+    (s + c) + x*y (fused)."""
+    s, c = ct.load(S, (0, 0), (M, N)), ct.load(Cc, (0, 0), (M, N))
+    x, y = ct.load(X, (0, 0), (M, N)), ct.load(Y, (0, 0), (M, N))
+    p = s * c
+    ct.store(O1, (0, 0), p + x * y)
+    ct.store(O2, (0, 0), p)
+    ct.store(O3, (0, 0), (s + c) + x * y)
+
+
+@ct.kernel
+def bcast_product(S, K, O1, O2, O3, c: float, M: C, N: C):
+    """s + k[:, None] * c and its mirror (FMUL on the column, FADD), s + k[:, None] * s (FFMA)."""
+    s = ct.load(S, (0, 0), (M, N))
+    k = ct.load(K, (0,), (M,))
+    ct.store(O1, (0, 0), s + k[:, None] * c)
+    ct.store(O2, (0, 0), k[:, None] * c + s)
+    ct.store(O3, (0, 0), s + k[:, None] * s)
+
+
+@ct.kernel
+def mma_row_sum(Q, K, O, MODE: C, TM: C, TN: C, D: C):
+    """Row sums of an fp16 mma tile: the tile itself (MODE 0) or TileGym's exp2(s*c - m)."""
+    q = ct.load(Q, (0, 0), (TM, D))
+    k = ct.load(K, (0, 0), (D, TN), order=(1, 0))
+    qk = ct.mma(q, k, ct.full((TM, TN), 0.0, dtype=ct.float32))
+    if MODE == 1:
+        m = ct.max(qk, axis=-1, keepdims=True) * 0.18033688
+        qk = ct.exp2(qk * 0.18033688 - m, flush_to_zero=True)
+    ct.store(O, (0,), ct.sum(qk, axis=-1))
+
+
+@ct.kernel
+def mma_col_sum(K, Q, O, MODE: C, TN: C, G: C, D: C):
+    """Axis-0 sums of a [TN, G] mma tile (the decode kernels' ct.sum(l_i, 0))."""
+    q = ct.transpose(ct.load(Q, (0, 0), (G, D)))
+    k = ct.load(K, (0, 0), (TN, D))
+    qk = ct.mma(k, q, ct.full((TN, G), 0.0, dtype=ct.float32))
+    if MODE == 1:
+        qk = qk * 0.18033688
+        qk = ct.exp2(qk - ct.max(qk, 0)[None, :])
+    ct.store(O, (0, 0), ct.sum(qk, 0).reshape((1, G)))
+
+
+@ct.kernel
+def gather_sum(X, Y, N: C):
+    """ct.sum of a 1-D gather of N consecutive elements."""
+    g = ct.gather(X, ct.bid(0) * N + ct.arange(N, dtype=ct.int32))
+    ct.store(Y, (ct.bid(0),), ct.reshape(ct.sum(g, axis=0), (1,)))
+
+
+@ct.kernel
+def gather2_row_sum(X, Y, TR: C, TC: C):
+    """Row sums of a 2-D gather (rows TR*bid.., all TC columns)."""
+    r = ct.reshape(ct.bid(0) * TR + ct.arange(TR, dtype=ct.int32), (TR, 1))
+    c = ct.reshape(ct.arange(TC, dtype=ct.int32), (1, TC))
+    ct.store(Y, (ct.bid(0),), ct.sum(ct.gather(X, (r, c)), axis=1))
+
+
+@ct.kernel
+def conv_dots(Dl, O, dO, F, MODE: C, TM: C, TD: C):
+    """fp32 sums of converted fp16 loads: rows (MODE 0), axis 0 (MODE 1), and a product with
+    an fp32 load (MODE 2)."""
+    o = ct.load(O, (ct.bid(0), 0), (TM, TD)).astype(ct.float32)
+    if MODE == 2:
+        do = ct.load(F, (ct.bid(0), 0), (TM, TD))
+    else:
+        do = ct.load(dO, (ct.bid(0), 0), (TM, TD)).astype(ct.float32)
+    if MODE == 1:
+        ct.store(Dl, (ct.bid(0), 0), ct.reshape(ct.sum(o * do, axis=0), (1, TD)))
+    else:
+        ct.store(Dl, (ct.bid(0),), ct.sum(o * do, axis=-1))
+
+
 # -------------------------------------------------------------------------------- cases
 
 @dataclass
@@ -375,11 +464,99 @@ def _extra_cases(rng):
     return out
 
 
-def build_cases(seed=2026, n_unary=3072, extra=False):
+def _shape_cases(rng):
+    """--shapes (issue 19): each rule that docs/numerics-sm90.md 13-15 measured on one
+    shape (or read from the SASS only), on other shapes; the measured shape is kept as a
+    control where it is cheap."""
+    return (_shape_f32_cases(rng) + _shape_mma_sum_cases(rng) + _shape_gather_cases(rng)
+            + _shape_conv_cases(rng))
+
+
+def _shape_f32_cases(rng):
+    out = []
+    for mode, (m, k, n) in ((0, (4, 4, 16)), (0, (8, 8, 16)), (0, (16, 32, 16)), (0, (32, 64, 32)),
+                            (1, (16, 4, 8)), (1, (16, 16, 32)), (1, (64, 8, 64))):
+        a, b = (rng.standard_normal(sh).astype(np.float32) * 3 for sh in ((m, k), (k, n)))
+        name = f"{'matmul' if mode == 0 else 'mma+acc'} f32 {m}x{k}x{n}"
+        out.append(Case(name, "fp32 matmul chain (shapes)", f32_mm, (1,),
+                        [("in", "a"), ("in", "b"), ("in", "c"), ("out", "o"), mode, m, k, n],
+                        {"a": a, "b": b, "c": rng.standard_normal((m, n)).astype(np.float32),
+                         "o": np.zeros((m, n), np.float32)}))
+    for m, n in ((16, 128), (128, 16), (64, 64)):
+        arr = {k: rng.standard_normal((m, n)).astype(np.float32) for k in ("s", "c", "x", "y")}
+        arr.update({k: np.zeros((m, n), np.float32) for k in ("o1", "o2", "o3")})
+        out.append(Case(f"fma rules {m}x{n}", "contraction (shapes)", fma_rules, (1,),
+                        [("in", "s"), ("in", "c"), ("in", "x"), ("in", "y"),
+                         ("out", "o1"), ("out", "o2"), ("out", "o3"), m, n], arr))
+    for m, n in ((64, 32), (128, 16), (16, 256)):
+        arr = {"s": rng.standard_normal((m, n)).astype(np.float32),
+               "k": rng.standard_normal(m).astype(np.float32)}
+        arr.update({k: np.zeros((m, n), np.float32) for k in ("o1", "o2", "o3")})
+        out.append(Case(f"broadcast product {m}x{n}", "contraction (shapes)", bcast_product, (1,),
+                        [("in", "s"), ("in", "k"), ("out", "o1"), ("out", "o2"), ("out", "o3"),
+                         0.7071067, m, n], arr))
+    return out
+
+
+def _shape_mma_sum_cases(rng):
+    out = []
+    for mode in (1, 0):
+        for tm, tn, d in ((256, 128, 64), (256, 64, 64), (256, 128, 128), (128, 128, 64),
+                          (128, 64, 128), (64, 128, 64)):
+            q = (rng.standard_normal((tm, d)) * 2).astype(np.float16)
+            k = (rng.standard_normal((tn, d)) * 2).astype(np.float16)
+            out.append(Case(f"mma row sum {'exp2' if mode else 'plain'} {tm}x{tn} d{d}",
+                            "mma sums (shapes)", mma_row_sum, (1,),
+                            [("in", "q"), ("in", "k"), ("out", "o"), mode, tm, tn, d],
+                            {"q": q, "k": k, "o": np.zeros(tm, np.float32)}))
+        for tn, g, d in ((128, 8, 64), (64, 16, 64), (256, 16, 64), (128, 32, 128), (256, 64, 64)):
+            q = (rng.standard_normal((g, d)) * 2).astype(np.float16)
+            k = (rng.standard_normal((tn, d)) * 2).astype(np.float16)
+            out.append(Case(f"mma col sum {'exp2' if mode else 'plain'} {tn}x{g} d{d}",
+                            "mma sums (shapes)", mma_col_sum, (1,),
+                            [("in", "k"), ("in", "q"), ("out", "o"), mode, tn, g, d],
+                            {"k": k, "q": q, "o": np.zeros((1, g), np.float32)}))
+    return out
+
+
+def _shape_gather_cases(rng):
+    out = []
+    for n in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+        g = max(2, min(16, 16384 // n))
+        out.append(Case(f"gather sum {n}", "gather sums (shapes)", gather_sum, (g,),
+                        [("in", "x"), ("out", "y"), n],
+                        {"x": _wide(rng, g * n), "y": np.zeros(g, np.float32)}))
+    for tr, tc in ((16, 32), (4, 256)):
+        g = 2
+        out.append(Case(f"gather 2-d row sum {tr}x{tc}", "gather sums (shapes)", gather2_row_sum, (g,),
+                        [("in", "x"), ("out", "y"), tr, tc],
+                        {"x": _wide(rng, (g * tr, tc)), "y": np.zeros(g * tr, np.float32)}))
+    return out
+
+
+def _shape_conv_cases(rng):
+    out = []
+    for mode, tm, td in ((0, 32, 64), (0, 16, 128), (0, 64, 32), (0, 8, 256), (1, 32, 64),
+                         (1, 64, 16), (2, 32, 64), (2, 16, 128)):
+        g = 2
+        o = rng.standard_normal((g * tm, td)).astype(np.float16)
+        do = rng.standard_normal((g * tm, td)).astype(np.float16)
+        f = rng.standard_normal((g * tm, td)).astype(np.float32)
+        dl = np.zeros((g, td), np.float32) if mode == 1 else np.zeros(g * tm, np.float32)
+        what = ("rows", "axis 0", "rows x fp32")[mode]
+        out.append(Case(f"converted fp16 {what} {tm}x{td}", "converted-fp16 sums (shapes)",
+                        conv_dots, (g,), [("out", "dl"), ("in", "o"), ("in", "do"), ("in", "f"),
+                                          mode, tm, td],
+                        {"dl": dl, "o": o, "do": do, "f": f}))
+    return out
+
+
+def build_cases(seed=2026, n_unary=3072, extra=False, shapes=False):
     rng = np.random.default_rng(seed)
     cases = (_unary_cases(rng, n_unary) + _sum_cases(rng) + _matmul_cases(rng)
              + _memory_cases(rng) + _scan_cases(rng))
-    return cases + (_extra_cases(np.random.default_rng(seed + 1)) if extra else [])
+    cases += _extra_cases(np.random.default_rng(seed + 1)) if extra else []
+    return cases + (_shape_cases(np.random.default_rng(seed + 2)) if shapes else [])
 
 
 # ---------------------------------------------------------------------------- backends
@@ -414,11 +591,13 @@ def run_sim(case, model="sm_90"):
 
 # ------------------------------------------------------------------------------ record
 
-def record(out: Path, backend: str, seed: int, n_unary: int, extra: bool = False) -> int:
+def record(out: Path, backend: str, seed: int, n_unary: int, extra: bool = False,
+           shapes: bool = False, only: str | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    cases = build_cases(seed, n_unary, extra)
+    cases = [c for c in build_cases(seed, n_unary, extra, shapes)
+             if not only or only in c.name or only in c.family]
     store, meta = {}, {"seed": seed, "n_unary": n_unary, "backend": backend, "cases": {},
-                       "extra": extra,
+                       "extra": extra, "shapes": shapes,
                        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                        "commit": os.environ.get("SPAK_COMMIT", "unknown")}
     if backend == "gpu":
@@ -489,7 +668,8 @@ def _ordered(v):
 def load_recorded(d: Path):
     meta = json.loads((d / META).read_text())
     data = np.load(d / NPZ)
-    cases = build_cases(meta["seed"], meta["n_unary"], meta.get("extra", False))
+    cases = build_cases(meta["seed"], meta["n_unary"], meta.get("extra", False),
+                        meta.get("shapes", False))
     # a recording may hold a subset of the cases (results/samples-h100-2026-11-24 keeps
     # only the --extra ones)
     cases = [c for c in cases if c.name in meta["cases"]]
@@ -548,14 +728,18 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=("gpu", "sim"), default="gpu",
                     help="--record: cuTile on the GPU, or the simulator (a dry run)")
     ap.add_argument("--model", default="sm_90", help="--check: the simulator's numeric model")
-    ap.add_argument("--only", default=None, help="--check: cases or families containing this")
+    ap.add_argument("--only", default=None, help="cases or families containing this")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--n-unary", type=int, default=3072, help="inputs per unary op (multiple of 1024)")
     ap.add_argument("--extra", action="store_true",
                     help="--record: also half-precision sums and scans (issue 19 remainder)")
+    ap.add_argument("--shapes", action="store_true",
+                    help="--record: also the section 13-15 rules on other tile shapes "
+                         "(with --only '(shapes)': those alone)")
     args = ap.parse_args(argv)
     if args.record:
-        return record(Path(args.record), args.backend, args.seed, args.n_unary, args.extra)
+        return record(Path(args.record), args.backend, args.seed, args.n_unary, args.extra,
+                      args.shapes, args.only)
     return check(Path(args.check), args.model, args.only)
 
 
