@@ -39,7 +39,7 @@ import math
 
 import cuda.tile as ct
 
-from .common import LOG2E
+from .common import LOG2E, causal_key_range
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -220,16 +220,8 @@ def _dq_block(Q, K, V, dOut, Lse2, Delta, Mask, dQ, scale, b, h, kv_h, bid_m,
                     padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, 1))
     q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]   # [TM, 1]
 
-    # key tiles to visit, as the forward: kv_end one past the last key any row sees;
-    # tiles from mask_from on need the element-wise test (diagonal band, ragged end).
-    if CAUSAL:
-        last_row = min((bid_m + 1) * TILE_M, seq_q) - 1
-        kv_end = max(min(seq_k, last_row + diag + 1), 0)
-        first_row_sees = max(bid_m * TILE_M + diag + 1, 0)
-        mask_from = min(first_row_sees // TILE_N, seq_k // TILE_N)
-    else:
-        kv_end = seq_k
-        mask_from = seq_k // TILE_N
+    # key tiles to visit, as the forward (common.causal_key_range)
+    kv_end, mask_from = causal_key_range(bid_m, seq_q, seq_k, TILE_M, TILE_N, CAUSAL)
     num_tiles = ct.cdiv(kv_end, TILE_N)
     mask_b = min(b, Mask.shape[0] - 1)
     mask_h = min(h, Mask.shape[1] - 1)

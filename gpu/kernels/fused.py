@@ -21,7 +21,7 @@ import math
 
 import cuda.tile as ct
 
-from .common import FLOAT32_MAX, LOG2E, NEG_INF
+from .common import FLOAT32_MAX, LOG2E, NEG_INF, causal_key_range
 
 LN2 = math.log(2.0)     # the LSE is stored in natural-log units (log2 units * ln 2)
 POS_INF = math.inf
@@ -138,19 +138,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]  # [TM, 1]
     key_offs = ct.arange(TILE_N, dtype=ct.int32)[None, :]                          # [1, TN]
 
-    # ---- which key tiles to visit -----------------------------------------------------
-    # kv_end: one past the last key any row of this block may see.
-    # mask_from: first key tile that needs the element-wise test (the diagonal band in
-    # causal mode, or the ragged last tile when Sk % TILE_N != 0). Tiles before it are
-    # full interior tiles: no index arithmetic, no selects.
-    if CAUSAL:
-        last_row = min((bid_m + 1) * TILE_M, seq_q) - 1
-        kv_end = max(min(seq_k, last_row + diag + 1), 0)   # 0 when the block sees nothing
-        first_row_sees = max(bid_m * TILE_M + diag + 1, 0)  # keys [0, this) seen by all rows
-        mask_from = min(first_row_sees // TILE_N, seq_k // TILE_N)
-    else:
-        kv_end = seq_k
-        mask_from = seq_k // TILE_N
+    # ---- which key tiles to visit (common.causal_key_range) ----------------------------
+    kv_end, mask_from = causal_key_range(bid_m, seq_q, seq_k, TILE_M, TILE_N, CAUSAL)
     num_tiles = ct.cdiv(kv_end, TILE_N)
 
     # MB/MH are 1 (broadcast) or full: min() picks index 0 when broadcast.
