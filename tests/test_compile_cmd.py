@@ -167,3 +167,29 @@ def test_usage_errors(one, capsys):
     assert "not an arch such as sm_90" in capsys.readouterr().err
     assert cli.main(["compile", "--plan", str(one), "--kernel", "naive"]) == 2
     assert cli.main(["compile", "--plan", str(one), "--list"]) == 0
+
+
+def _coded(item, code):
+    return {**fake_ok(item), "kernels": [{"name": "fused", "code_sha1": code, "registers": 128,
+                                          "threads": 256, "shared_bytes": 0, "stack_bytes": 0,
+                                          "blocks_per_sm": 1, "limited_by": "registers"}]}
+
+
+def test_same_code_as_passes_on_identical_code_and_fails_on_a_change(one, tmp_path,
+                                                                     monkeypatch, capsys):
+    monkeypatch.setattr(cc, "supported_archs", lambda *a, **k: (None, "fake"))
+    before = tmp_path / "before.json"
+    monkeypatch.setattr(cc, "_compile_one", lambda it: _coded(it, "c0de"))
+    assert cli.main(["compile", "--plan", str(one), "--out", str(before)]) == 0
+    capsys.readouterr()
+    assert cli.main(["compile", "--plan", str(one), "--same-code-as", str(before)]) == 0
+    assert "machine code of all 3 kernel(s) identical" in capsys.readouterr().out
+    # one arch's code changes: named, and the command fails
+    monkeypatch.setattr(cc, "_compile_one",
+                        lambda it: _coded(it, "beef" if it["arch"] == "sm_120" else "c0de"))
+    assert cli.main(["compile", "--plan", str(one), "--same-code-as", str(before)]) == 1
+    out = capsys.readouterr().out
+    assert "code changed: fused fp16 D=64 noncausal" in out and "on sm_120" in out
+    assert out.count("code changed") == 1
+    # a variant compiled now that the file lacks (another arch set) is not "identical"
+    assert cc.code_changes([], json.loads(before.read_text())["rows"])[0].startswith("  new:")

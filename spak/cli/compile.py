@@ -72,7 +72,24 @@ def cmd_compile(args: argparse.Namespace) -> int:
             json.dump(doc, f, indent=1)
     if args.json:
         print(json.dumps(doc, indent=1))
-    return 0 if s["failed"] == 0 and s["unsupported"] == 0 else 1
+    ok = s["failed"] == 0 and s["unsupported"] == 0
+    if args.same_code_as:
+        ok = _same_code(args.same_code_as, rows, log) and ok
+    return 0 if ok else 1
+
+
+def _same_code(path: str, rows, log) -> bool:
+    with open(path) as f:
+        before = json.load(f)["rows"]
+    changed = _work.code_changes(before, rows)
+    n = sum(len(r.get("kernels") or []) for r in rows)
+    if changed:
+        print(f"machine code differs from {path}:", file=log)
+        for line in changed:
+            print(line, file=log)
+    else:
+        print(f"machine code of all {n} kernel(s) identical to {path}", file=log)
+    return not changed
 
 
 DESCRIPTION = _work.__doc__.split("\n\n", 1)[1].split("Exit status")[0].rstrip() + """
@@ -104,5 +121,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (the table goes to stderr)")
+    p.add_argument("--same-code-as", default=None, metavar="FILE",
+                   help="compare each kernel's machine code (sha1 of its code sections) with "
+                        "an earlier --out FILE; exit 1 if any differs: a refactor that keeps "
+                        "every cubin's code needs no GPU re-check")
     p.add_argument("--list", action="store_true", help="list the variants and exit")
     p.set_defaults(func=cmd_compile)

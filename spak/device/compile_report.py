@@ -10,6 +10,8 @@ fails CI although nobody here owns one.
     spak compile --arch sm_90,sm_120,sm_89
     spak compile --arch sm_120 --kernel fused --json
     spak compile --sweep --arch sm_90 --jobs 8     # also every sweep config, per arch
+    spak compile --out /tmp/a.json                 # before a refactor; after it:
+    spak compile --same-code-as /tmp/a.json        # exit 1 if any kernel's code changed
 
 Each row shows what the cubin asks of an SM (gpu.resources, read from the cubin): registers
 per thread, threads per block, static shared memory, stack bytes per thread (spills) and the
@@ -298,6 +300,34 @@ def hint_findings(rows: list[dict]) -> list[str]:
             lines.append(f"  same kernel: {label} on {arch}: {', '.join(configs)}")
     if lines:
         lines.insert(0, "hints (from the resources above):")
+    return lines
+
+
+def _code_keys(rows) -> dict:
+    """(arch, variant label, config, kernel name) -> code_sha1 of every compiled kernel."""
+    out = {}
+    for r in rows:
+        for k in r.get("kernels") or []:
+            if k.get("code_sha1"):
+                out[(r["arch"], CompileItem(r).label, config_text(r), k["name"])] = k["code_sha1"]
+    return out
+
+
+def code_changes(before_rows, after_rows) -> list:
+    """Lines naming each kernel whose machine code differs from an earlier `spak compile
+    --out` (or that one of the two lacks). Empty: a refactor left every cubin's code
+    byte-identical, so the GPU runs exactly what it ran before (no GPU re-check needed)."""
+    old, new = _code_keys(before_rows), _code_keys(after_rows)
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        arch, label, cfg, name = key
+        what = f"{label} {cfg} {name} on {arch}"
+        if key not in old:
+            lines.append(f"  new: {what}")
+        elif key not in new:
+            lines.append(f"  not compiled now: {what}")
+        elif old[key] != new[key]:
+            lines.append(f"  code changed: {what} ({old[key][:10]} -> {new[key][:10]})")
     return lines
 
 
