@@ -1,5 +1,7 @@
-"""MUFU.RSQ, the sm_90 hardware reciprocal square root behind ct.rsqrt (rsqrt.approx.f32),
-from a table measured on an H100 (issue 19; ci/mufu_probe.py, results/samples-h100-2026-11-24).
+"""MUFU.RSQ and MUFU.TANH, the sm_90 hardware reciprocal square root behind ct.rsqrt
+(rsqrt.approx.f32) and tanh behind ct.tanh(..., rounding_mode=APPROX) (tanh.approx.f32),
+from tables measured on an H100 (issue 19; ci/mufu_probe.py, results/samples-h100-2026-11-24
+and results/samples-h100-2026-11-24c).
 
 The probe ran ct.rsqrt on every fp32 in [1, 4) (2^24 inputs: the exponent's parity
 matters) and found rsqrt(4x) = rsqrt(x) / 2 on all of them, so for a normal x = 2^(2k) x',
@@ -10,11 +12,13 @@ their sign, negatives NaN, +inf +0.
 """
 from __future__ import annotations
 
+import lzma
 import os
 
 import numpy as np
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sm90_rsq.npz")
+TANH_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sm90_tanh.npz")
 _cache: dict = {}
 
 
@@ -48,4 +52,60 @@ def rsqrt_sm90(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     y = np.where(x == 0, np.copysign(np.float32(np.inf), x), y)
     y = np.where(np.isposinf(x), np.float32(0), y)
     y = np.where(~pos & (x != 0), np.float32(np.nan), y)
+    return np.where(np.isnan(x), np.float32(np.nan), y).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- MUFU.TANH
+#
+# ci/mufu_probe.py --tanh-table ran tanh.approx.f32 on every fp32 in [2^-8, 8) and on its
+# negative (results/samples-h100-2026-11-24c): odd on all of them; in binade 2^e the result
+# is constant on aligned runs of 2^s inputs (s = 6, 6, 6, 5, 5, 4, 4, 4, 3, 2, 3 for
+# e = -8 .. 2: the hardware reads the top 23 - s mantissa bits); below 2^-8 it is x itself
+# (binades 2^-20 .. 2^-9 all checked), from 8 on +-1. Not monotone (steps back at aligned
+# segment ends) and no formula found, so sim/data/sm90_tanh.npz holds, per binade, the
+# first run's result bits and the int16 steps between runs (6,684,672 runs), xz-packed
+# (123 KB); rebuilt once into a uint32 table of the result bits.
+
+
+def tanh_table(path: str = TANH_TABLE):
+    """(emin, run_log2 per binade, offsets of each binade in the table, uint32 result bits
+    per run), or None when the file is missing."""
+    if path not in _cache:
+        _cache[path] = _build_tanh(path) if os.path.exists(path) else None
+    return _cache[path]
+
+
+def _build_tanh(path):
+    z = np.load(path)
+    runs = z["run_log2"].astype(np.int64)
+    steps = np.frombuffer(lzma.decompress(z["diff_xz"].tobytes()), np.int16).astype(np.int64)
+    sizes = 1 << (23 - runs)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    bits = np.empty(int(starts[-1]), np.int64)
+    pos = 0
+    for i, n in enumerate(sizes):
+        bits[starts[i]] = int(z["first"][i])
+        bits[starts[i] + 1:starts[i + 1]] = steps[pos:pos + n - 1]
+        pos += n - 1
+    # within a binade the steps add up to the bits; binade boundaries restart from "first"
+    out = np.empty_like(bits)
+    for i in range(len(sizes)):
+        out[starts[i]:starts[i + 1]] = np.cumsum(bits[starts[i]:starts[i + 1]])
+    return int(z["emin"]), runs, starts[:-1], out.astype(np.uint32)
+
+
+def tanh_sm90(x: np.ndarray, table) -> np.ndarray:
+    """tanh.approx.f32 of float32 values as the H100 computes it (NaN results canonicalised
+    by the caller)."""
+    emin, runs, starts, bits = table
+    x = np.ascontiguousarray(x, np.float32)
+    b = x.view(np.uint32)
+    a = (b & 0x7FFFFFFF).view(np.float32)
+    e = ((b >> 23) & 0xFF).astype(np.int64) - 127
+    mid = (a >= np.float32(2.0 ** emin)) & (a < 8)
+    k = np.clip(e - emin, 0, len(runs) - 1)
+    idx = starts[k] + ((b & 0x7FFFFF).astype(np.int64) >> runs[k])
+    y = bits[np.where(mid, idx, 0)] | (b & 0x80000000)        # odd: the input's sign
+    y = np.where(mid, y, b).view(np.float32)                  # x itself below 2^emin
+    y = np.where(a >= 8, np.copysign(np.float32(1), x), y)
     return np.where(np.isnan(x), np.float32(np.nan), y).astype(np.float32)

@@ -1254,6 +1254,10 @@ class Sm90(Sm90v0):
         canonical NaN (measured: 0x7FFFFFFF, fp16 0x7FFF)."""
         seq = _LIBDEVICE.get(fn)
         if fn == "tanh_approx" and dtype == ct.float32:
+            table = self.tanh_table()
+            if table is not None:       # MUFU.TANH from its measured table (sim.mufu)
+                from .mufu import tanh_sm90
+                return canonical_nan(tanh_sm90(x, table))
             return canonical_nan(tanh_approx_sm90(np.asarray(x, np.float32)))
         if fn == "tanh_approx":       # fp32 only in cuTile (APPROX); keep the rule elsewhere
             fn = "tanh"
@@ -1274,6 +1278,14 @@ class Sm90(Sm90v0):
             return None
         from .mufu import rsq_table
         return rsq_table()
+
+    def tanh_table(self):
+        """MUFU.TANH's measured results (sim.mufu, every fp32 in [2^-8, 8) on an H100), for
+        the sm_90 model only, as rsq_table."""
+        if type(self).__name__ != "Sm90":
+            return None
+        from .mufu import tanh_table
+        return tanh_table()
 
     def truediv(self, x, y, dtype, rounding_mode, flush_to_zero):
         if rounding_mode is ct.RoundingMode.APPROX and dtype == ct.float32 and flush_to_zero:
