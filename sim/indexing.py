@@ -175,7 +175,9 @@ def gather(array, indices, /, *, mask=None, padding_value=0, check_bounds=True, 
     ctx.loads += ctx.lanes
     vals = read_elements(ctx, array, off, eff)
     from .numerics import GATHER_LAYOUT   # the sum order of a gathered tile (NumericModel.sum)
-    return Tile(np.where(eff, vals, pad), array.dtype, layout=GATHER_LAYOUT)
+    out = Tile(np.where(eff, vals, pad), array.dtype, layout=GATHER_LAYOUT)
+    out.raw = True          # summed as gathered: the blocked order on sm_90 (ops.sum)
+    return out
 
 
 class ElementStore:

@@ -52,6 +52,12 @@ GATHER_LAYOUT = "gather"
 #: work on such tiles): the values stay in the 2-byte load's blocked layout (8 neighbours a
 #: thread), read from TileGym's FMHA backward preprocess row sums on an H100
 HALF_BLOCKED_LAYOUT = "blocked16"
+#: the layout ops.sum passes for an mma or gather result summed as it is (Tile.raw: no op
+#: applied since): sm_90 reduces those in another order than values computed from them
+#: (ci/sim_ops_gpu.py --shapes on an H100, docs/numerics-sm90.md 16); models that do not
+#: tell them apart map them back (Sm90.sum)
+MMA_RAW_LAYOUT, GATHER_RAW_LAYOUT = "mma-raw", "gather-raw"
+RAW_LAYOUTS = {MMA_LAYOUT: MMA_RAW_LAYOUT, "gather": GATHER_RAW_LAYOUT}
 
 _CACHE = os.environ.get("SPAK_NUMBA_CACHE", "1") != "0"
 
@@ -952,6 +958,23 @@ def fragment_row_chain_f32(x: np.ndarray) -> np.ndarray:
     return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
 
 
+def fragment_row_tree_f32(x: np.ndarray) -> np.ndarray:
+    """float32 row sums of an mma accumulator tile summed as it is (no op since the mma):
+    lane t of a quad reduces its values in fragment order (columns 8k + 2t, 8k + 2t + 1, k
+    ascending) as a pairwise tree of neighbours ((v0 + v1) + (v2 + v3)) + ..., then the
+    quad meets by butterflies xor 2, xor 1. Measured on an H100 (ci/sim_ops_gpu.py
+    --shapes): 100% on 64x128, 128x64, 128x128, 256x64 and 256x128 tiles, where a computed
+    tile (exp2 of the same) keeps the two chains of fragment_row_sum_f32."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1] // 8
+    v = np.moveaxis(x.reshape(x.shape[:-1] + (k, 4, 2)), -2, -3)     # [.., lane t, k, e/o]
+    v = v.reshape(v.shape[:-2] + (2 * k,))
+    while v.shape[-1] > 1:
+        v = v[..., 0::2] + v[..., 1::2]
+    t = v[..., 0]
+    return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
+
+
 def fragment_col_sum_f32(x: np.ndarray) -> np.ndarray:
     """float32 sums along axis -2 (down the rows) of an mma accumulator tile of M = 64 B
     rows, as measured on an H100 through TileGym's decode kernels (`ct.sum(l_i, 0)` of a
@@ -959,13 +982,18 @@ def fragment_col_sum_f32(x: np.ndarray) -> np.ndarray:
     sits in warp w, lane group g, register (b, h). A thread adds its two rows 8 apart, then
     its m64 blocks pairwise (halving over b); the lane groups meet by butterflies xor 16,
     8, 4 (rows 4, 2, 1 apart), the warps through shared memory as (w0 + w2) + (w1 + w3).
-    Found by fitting orders to the recorded LSEs (no SASS read)."""
+    Found by fitting orders to the recorded LSEs (no SASS read). The m64 blocks meet as
+    neighbours ((b0 + b1) + (b2 + b3)): the same as halving for M = 128, and what a 256-row
+    accumulator summed as it is showed on an H100 (ci/sim_ops_gpu.py --shapes, 256 x 16
+    and 256 x 64: 100%, halving 47-69%)."""
     x = np.asarray(x, np.float32)
     m, n = x.shape[-2:]
     v = x.reshape(x.shape[:-2] + (m // 64, 4, 2, 8, n))         # [.., b, w, h, g, n]
     v = v[..., 0, :, :] + v[..., 1, :, :]                          # h: rows 8 apart
     v = np.moveaxis(v, -4, -1)                                     # [.., w, g, n, b]
-    v = _halving(v, -1)                                            # m64 blocks
+    while v.shape[-1] > 1:                                         # m64 blocks, neighbours
+        v = v[..., 0::2] + v[..., 1::2]
+    v = v[..., 0]
     v = _halving(v, -2)                                            # lanes: [.., w, n]
     return _halving(v, -2)                                         # warps
 
@@ -1185,6 +1213,7 @@ class Sm90(Sm90v0):
     sum_chunk = "adjacent"
     #: 256-row mma tiles sum each row in one chain (fragment_row_chain_f32)
     row_chain_256 = True
+    raw_sums = True             # mma/gather results summed as they are (an H100, --shapes)
     #: axis -2 sums of mma tiles in the fragment's order (fragment_col_sum_f32)
     col_sums_mma = True
     #: sums of loaded (non-mma) fp32/fp16 tiles in the blocked-layout order (blocked_sum;
@@ -1298,8 +1327,10 @@ class Sm90(Sm90v0):
 
     def sum(self, x, axis, dtype, layout=None):
         axes = (axis,) if np.isscalar(axis) else tuple(axis)
+        raw = self.raw_sums and layout in (MMA_RAW_LAYOUT, GATHER_RAW_LAYOUT)
+        layout = {MMA_RAW_LAYOUT: MMA_LAYOUT, GATHER_RAW_LAYOUT: GATHER_LAYOUT}.get(layout, layout)
         if layout == GATHER_LAYOUT:
-            r = self.gather_sum(x, axes, dtype)
+            r = self.gather_sum(x, axes, dtype, raw)
             if r is not None:
                 return r
         if self.blocked_sums and layout == HALF_BLOCKED_LAYOUT and dtype == ct.float32:
@@ -1322,16 +1353,20 @@ class Sm90(Sm90v0):
                     axes[0] % x.ndim == x.ndim - 2 and n % 64 == 0:
                 return fragment_col_sum_f32(x)
             if layout == MMA_LAYOUT and last and n % 8 == 0:
+                if raw and _pow2(n):
+                    # the accumulator summed as it is: a tree a lane (an H100, 5 shapes)
+                    return fragment_row_tree_f32(x)
                 if self.row_chain_256 and x.ndim >= 2 and x.shape[-2] == 256:
                     # TileGym's FMHA forward with LSE (256x128 tiles, an H100): 26 of 512
-                    # LSE values 1 ulp -> 0; only that tile shape was measured
+                    # LSE values 1 ulp -> 0. Not a shape rule: computed 256-row tiles of
+                    # ci/sim_ops_gpu.py --shapes kept the two chains (docs/numerics-sm90.md 16)
                     return fragment_row_chain_f32(x)
                 return fragment_row_sum_f32(x)
             if _pow2(n):
                 return tree_sum_f32(x, axes[0], self.sum_chunk)
         return super().sum(x, axis, dtype)
 
-    def gather_sum(self, x, axes, dtype):
+    def gather_sum(self, x, axes, dtype, raw=False):
         """ct.sum of a 1-D fp32 gather result (GATHER_LAYOUT) of 256 elements: each thread
         holds elements i and i + 128 (lanes fastest) and adds them, then the lanes (xor
         16 .. 1) and the 4 warps halve. 100% on TileGym's softmax (rows of 200 in a 256
@@ -1340,6 +1375,16 @@ class Sm90(Sm90v0):
                 tuple(a % 2 for a in axes) != (1,):
             return None
         n = x.shape[1]
+        if raw and n >= 128:
+            # a gather summed as it is keeps the blocked layout of a 1-D load (2 neighbours
+            # a thread at 256, 4 from 512: an H100, ci/sim_ops_gpu.py --shapes); None
+            # lets the caller's blocked_sum take it
+            return None
+        if _LANES < n < 128 and _pow2(n):
+            # one element a lane, lanes fastest, n / 32 warps: butterflies, then the warps
+            # halve (64: lanes xor 16 .. 1, then w0 + w1; an H100, --shapes)
+            v = np.asarray(x, np.float32).reshape(x.shape[0], n // _LANES, _LANES)
+            return _halving(_halving(v, -1), -1)
         if 2 <= n <= _LANES and _pow2(n):
             # one element a lane, lanes fastest: butterflies xor n/2 .. 1, (e0+e2)+(e1+e3)
             # for 4 (TileGym splitk_reduce's 4 split LSEs, an H100: 2 of 8192 outputs
@@ -1457,6 +1502,7 @@ class Sm120(Sm90):
     sum_chunk = "halving"
     row_chain_256 = False       # measured on sm_90 only
     col_sums_mma = False
+    raw_sums = False            # measured on sm_90 only
     blocked_sums = False     # its lane order differs (above); not read there
     mma_f32_chain = None         # sm_90's fp32 chain read from its SASS only
     fma_left_mul_first = False   # read from sm_90's SASS only
@@ -1494,6 +1540,7 @@ class Sm89(Sm90):
     fma_no_broadcast = False     # read from sm_90's SASS only
     row_chain_256 = False        # read from sm_90's SASS only
     col_sums_mma = False         # measured on sm_90 only
+    raw_sums = False             # measured on sm_90 only
     mma_tf32 = None          # not measured there: v0's rule
     mma_f16acc_kstep = None
 

@@ -14,7 +14,7 @@ import cuda.tile as ct
 from . import dtypes
 from .context import current
 from .errors import SimNotSupported, SimTypeError
-from .numerics import HALF_BLOCKED_LAYOUT
+from .numerics import HALF_BLOCKED_LAYOUT, RAW_LAYOUTS
 from .tile import (MMA_LAYOUT, Tile, as_tile, binary, derived_layout, lane_array, operand_dtype,
                    result_dtype)
 
@@ -450,7 +450,8 @@ def sum(x, /, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=Fa
     x = as_tile(x)
     dt = ct.int32 if x.dtype == ct.bool_ else x.dtype
     model = current().model
-    return Tile(_reduce(x, axis, keepdims, lambda t, ax: model.sum(t.v, ax, dt, x.layout)), dt)
+    layout = RAW_LAYOUTS.get(x.layout, x.layout) if x.raw else x.layout
+    return Tile(_reduce(x, axis, keepdims, lambda t, ax: model.sum(t.v, ax, dt, layout)), dt)
 
 
 def max(x, /, axis=None, *, keepdims=False, flush_to_zero=False, propagate_nan=False):
@@ -550,8 +551,10 @@ def mma(x, y, /, acc, *, use_fast_acc=False):
     model = current().model
     # a model with an fp16 path reads float16 storage itself (no float64 copy per k-step)
     a = x.v if x.v.dtype == np.float16 and getattr(model, "mma_reads_fp16", False) else _f64(x)
-    return Tile(model.mma(a, y.v, acc.v, acc.dtype, y_share=y.share, in_dtype=x.dtype),
-                acc.dtype, layout=MMA_LAYOUT)
+    out = Tile(model.mma(a, y.v, acc.v, acc.dtype, y_share=y.share, in_dtype=x.dtype),
+               acc.dtype, layout=MMA_LAYOUT)
+    out.raw = True          # the accumulator itself: its sums take the raw order (ops.sum)
+    return out
 
 
 def _f64(t: Tile) -> np.ndarray:

@@ -110,7 +110,12 @@ SUPPORT: dict[str, tuple[str, str]] = {
                    "per thread and repeat, 100% there (TileGym softmax); fp32 from a converted "
                    "fp16/bf16 load: the 2-byte layout, 100% there (rows of 32x64, TileGym's "
                    "FMHA backward preprocess); mma tiles: fragment "
-                   "order, 100% on the " + _PROBE + "; other float cases (other shapes, "
+                   "order, 100% on the " + _PROBE + "; an mma or gather result summed as it "
+                   "is (no op since): a pairwise tree a lane (rows), neighbouring m64 blocks "
+                   "(axis 0), the 1-D load's blocked order (gathers of >= 256), lanes then "
+                   "warps (64), 100% on an H100 on 5 + 2 mma and 12 gather shapes "
+                   "(results/samples-h100-2026-11-24c); exp2-computed mma tiles of 256 rows "
+                   "and along axis 0 not modelled there (50-88%); other float cases (other shapes, "
                    "layouts, >2-D): float64 sum, one rounding (unverified); rounding_mode/ftz "
                    "unsupported; sm_120/sm_89: their earlier orders (unverified)"),
     "max": (EXACT, "NaN ignored unless propagate_nan; flush_to_zero (fp32)"),

@@ -39,7 +39,8 @@ def derived_layout(shape, *operands):
 
 
 class Tile:
-    __slots__ = ("v", "dtype", "share", "f64", "layout", "product", "uses", "fused_at", "mul")
+    __slots__ = ("v", "dtype", "share", "f64", "layout", "product", "uses", "fused_at", "mul",
+                 "raw")
     __hash__ = None  # elementwise __eq__
 
     def __init__(self, v: np.ndarray, dtype, share=None, layout=None):
@@ -64,6 +65,9 @@ class Tile:
         # mul: a float multiply's result in a contracting model, fused or not (the sm_90
         # rule that a left multiply operand of an add blocks the right one, _contract)
         self.mul = False
+        # raw: the tile is an mma result or a gather result itself, no op applied since;
+        # sm_90 sums such tiles in another order than computed ones (ops.sum)
+        self.raw = False
 
     # -- shape ---------------------------------------------------------------------------
     @property

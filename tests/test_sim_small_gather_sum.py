@@ -20,8 +20,8 @@ C = ct.Constant[int]
 
 class _Sm90Before(Sm90):
     """sm_90 summing a 4-element gather as adjacent pairs (the previous rule)."""
-    def gather_sum(self, x, axes, dtype):
-        return None if x.shape[-1] <= 32 else super().gather_sum(x, axes, dtype)
+    def gather_sum(self, x, axes, dtype, raw=False):
+        return None if x.shape[-1] <= 32 else super().gather_sum(x, axes, dtype, raw)
 
 
 @ct.kernel
