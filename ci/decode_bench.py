@@ -98,11 +98,27 @@ def focus_grid() -> list[dict]:
     return cases
 
 
-def goal_grid() -> list[dict]:
+def goal_grid(forms: bool = False) -> list[dict]:
     """The issue's grid where the goal applies (cache >= 8k), fp16: B 1/8/64, Hkv
-    32/8/1, Sq 1/4, contiguous and 16/256-key pages, K+V <= KV_CAP."""
-    return [c for c in timing_grid(False) if c["Sk"] >= 8192 and "extra" not in c
-            and c["dtype"] == "fp16"]
+    32/8/1, Sq 1/4, contiguous and 16/256-key pages, K+V <= KV_CAP. forms: the MQA
+    shapes (and GQA with 16-key pages) also timed with the keys-in-M forms (FORM_KNOBS)."""
+    cases = [c for c in timing_grid(False) if c["Sk"] >= 8192 and "extra" not in c
+             and c["dtype"] == "fp16"]
+    if forms:
+        for c in cases:
+            if c["Hkv"] == 1 or (c["Hkv"] == 8 and c["page"] == 16):
+                c["extra"] = {k: v for k, v in FORM_KNOBS.items()
+                              if c["Sq"] > 1 or "rows128" not in k}
+    return cases
+
+
+#: the split kernel's KT_FORM (rows or keys in the tensor cores' M) as timing knobs
+FORM_KNOBS = {"kt0": {"tiles": {"KT_FORM": 0}}, "kt1": {"tiles": {"KT_FORM": 1}},
+              "kt2": {"tiles": {"KT_FORM": 2}},
+              "kt1tn64": {"tiles": {"KT_FORM": 1, "TILE_N": 64}},
+              "kt2tn64": {"tiles": {"KT_FORM": 2, "TILE_N": 64}},
+              "kt1rows128tn64": {"tiles": {"KT_FORM": 1, "MAX_ROWS": 128, "TILE_N": 64}},
+              "kt2rows128tn64": {"tiles": {"KT_FORM": 2, "MAX_ROWS": 128, "TILE_N": 64}}}
 
 
 def tune_grid() -> list[dict]:
@@ -199,6 +215,22 @@ def check_problems(quick: bool, few: bool = False):
 MODE_CHECKS = [(c, {"PAGE_MODE": m}) for m in (0, 1) for c in
                ("2x32:8x4:1000x128/fp16/causal/page16/lens=999:64",
                 "4x8:1x300x64/bf16/noncausal/page16/lens=0:1:17:300")]
+#: the keys-in-M forms (KT_FORM 1, 2) against float64 and the simulator: MQA Sq 1 and 4,
+#: 16-key pages (gathered and boxes), ragged lengths with 0 and 1, many splits, the
+#: per-step column sums (rows x TILE_N past the l tile), GQA/MHA, bf16
+FORM_CHECKS = [(c, {"KT_FORM": f, **t}) for f in (1, 2) for c, t in (
+    ("1x32:1x2048x128/noncausal/fp16", {}),
+    ("2x32:1x3000x128/noncausal/page16/lens=3000:1111/fp16", {}),
+    ("4x32:1x300x128/noncausal/page16/lens=0:1:17:300/bf16", {}),
+    ("1x32:1x4:2048x128/causal/fp16", {}),
+    ("2x32:1x4:1000x128/causal/page16/lens=999:64/fp16", {}),
+    ("1x32:1x4:2048x128/causal/fp16", {"MAX_ROWS": 128, "TILE_N": 64}),
+    ("1x32:1x4:2048x128/causal/fp16", {"MAX_ROWS": 128}),
+    ("2x32:1x4:1000x128/causal/page16/lens=999:64/fp16", {"PAGE_MODE": 0}),
+    ("2x32:8x1000x128/noncausal/lens=1000:517/fp16", {}),
+    ("2x32:32x2:600x128/causal/page16/lens=600:2/bf16", {}),
+    ("1x8:1x12800x64/noncausal/splits=200/fp16", {}),
+    ("1x32:1x8192x128/noncausal/page16/fp16", {"TILE_N": 64}))]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -279,7 +311,7 @@ def warm_up(problems, grid, jobs, log, varlen=False):
     specs = [("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D, page=p.page,
                             dtype=p.dtype, causal=p.causal, splits=p.splits))
              for p in problems]
-    for case, tiles in ((MODE_CHECKS + OCC_CHECKS) if problems else []):
+    for case, tiles in ((MODE_CHECKS + OCC_CHECKS + FORM_CHECKS) if problems else []):
         p = FAMILY.parse(case)
         specs.append(("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D,
                                     page=p.page, dtype=p.dtype, causal=p.causal,
@@ -790,6 +822,9 @@ def main(argv=None) -> int:
                     help="the plain checks after the timings (a time limit cuts checks)")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal"), default="full")
     ap.add_argument("--varlen", action="store_true")
+    ap.add_argument("--forms", action="store_true",
+                    help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
+                         "with every KT_FORM too (FORM_KNOBS)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     import torch
@@ -811,12 +846,13 @@ def main(argv=None) -> int:
               argv=sys.argv[1:]))
     log(f"{rows[-1]}")
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
-    grid = {"focus": focus_grid, "tune": tune_grid, "goal": goal_grid}.get(
+    grid = {"focus": focus_grid, "tune": tune_grid,
+            "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
     checks = [("check", p.case_id) for p in problems]
-    extra_checks = MODE_CHECKS + (OCC_CHECKS if args.few_checks else [])
+    extra_checks = MODE_CHECKS + FORM_CHECKS + (OCC_CHECKS if args.few_checks else [])
     checks += [("check", c, t) for c, t in extra_checks] if problems else []
     checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     checks += [("graph",)] if problems else []

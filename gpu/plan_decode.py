@@ -38,15 +38,16 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "auto_splits", "combine_tiles", "TILE_KEYS",
-           "VARLEN_TILE_KEYS", "PAGE_MODES", "MAX_SPLITS", "LAUNCH_NAMES"]
+           "row_tiles", "choose_num_splits", "choose_kt_form", "auto_splits", "combine_tiles",
+           "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "KT_FORMS", "KT_AUTO", "MAX_SPLITS",
+           "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
 #: positions x packed heads) one block holds, how a paged tile of several pages is
 #: read (PAGE_MODES; pages >= TILE_N: one box anyway), and the split kernel's occupancy
 #: hint (0: the compiler's choice, which on sm_90 is 256 threads x 255 registers, one
 #: block per SM; 2: 128 threads, two blocks per SM).
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY")
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
 #: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
 #: causal, as spak.fmha; 0: the head tile fastest).
@@ -60,6 +61,13 @@ OCCUPANCIES = (0, 1, 2, 3, 4)
 #: there (each page's box fed to the tensor cores as loaded) spilled registers (0.1-0.5x
 #: boxes) and agreed with the simulator on 94-99% of outputs only: removed.
 PAGE_MODES = {0: "boxes", 1: "gather"}
+#: KT_FORM values: how the split kernel puts a key tile on the tensor cores. 0 "rows":
+#: S = Q K^T, the packed query rows in M (K read transposed: K^T [D, TN]); 1 "keys":
+#: S^T = K Q^T, the keys in M and the rows in N (K as stored; O = P V with P^T
+#: transposed); 2 "keys_vt": the same scores, O^T = V^T P^T (V read transposed).
+KT_FORMS = {0: "rows", 1: "keys", 2: "keys_vt"}
+#: tiles["KT_FORM"] = KT_AUTO (the default): choose_kt_form picks from the shape
+KT_AUTO = -1
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
@@ -96,7 +104,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
-            "OCCUPANCY": 0}
+            "OCCUPANCY": 0, "KT_FORM": KT_AUTO}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -119,6 +127,13 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
     gt = min(group & -group, max_rows)
     sq_t = min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt), max(max_rows // gt, 1))
     return gt, sq_t
+
+
+def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
+                   tile_n: int) -> int:
+    """The split kernel's KT_FORM where tiles leave it to the plan (KT_AUTO): the rows
+    form everywhere until a GPU run times the keys forms (results/decode-h100-2026-11-24c)."""
+    return 0
 
 
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
@@ -177,7 +192,9 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     only matters for Sq > 1. scale: default 1/sqrt(D), any finite number.
     num_splits: None (choose_num_splits) or an int in [1, MAX_SPLITS].
     tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0 or 1
-    (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none)};
+    (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none),
+    "KT_FORM": -1..2 (KT_FORMS: rows or keys in the tensor cores' M; -1 KT_AUTO:
+    choose_kt_form)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -187,13 +204,15 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
     if B * Sq * Hq == 0:
         return []
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
+    if form == KT_AUTO:
+        form = choose_kt_form(Hq, Hkv, Sq, page, tn)
     tiles_qh = (Hq // gt) * -(-Sq // sq_t)
     splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv)
     alloc = _resolve_alloc(alloc, q)
@@ -205,7 +224,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
-                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal),
+                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -215,7 +234,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     splits_t, cdv = combine_tiles(splits, Dv)
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
-                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal),
+                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
@@ -335,7 +354,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -346,7 +365,8 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int]:
     if page and mode == 0 and tn > 8 * page:
         raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page} "
                          f"with tiles['PAGE_MODE'] = 0")
-    return tn, int(t["MAX_ROWS"]), mode, occ
+    form = _check_int("tiles['KT_FORM']", t["KT_FORM"], KT_AUTO, max(KT_FORMS))
+    return tn, int(t["MAX_ROWS"]), mode, occ, form
 
 
 def _resolve_alloc(alloc, q):

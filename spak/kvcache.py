@@ -21,9 +21,9 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
   (the queries are the last Sq tokens); rows with no key give zeros. No effect at Sq = 1.
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
-  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY"} (gpu.plan_decode: keys per step, most
-  query rows per block, how a tile of several pages is read, the split kernel's occupancy
-  hint). TILE_N and MAX_ROWS not given come from the tuned-config store's fmha_decode entry
+  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM"} (gpu.plan_decode: keys per
+  step, most query rows per block, how a tile of several pages is read, the split kernel's
+  occupancy hint, rows or keys in the tensor cores' M: -1 auto, 0 rows, 1 keys, 2 keys_vt). TILE_N and MAX_ROWS not given come from the tuned-config store's fmha_decode entry
   for this GPU and (dtype, D, Hq // Hkv, Sq, paged) when it has one (`spak sweep --family
   fmha_decode --update-store`), else from gpu.plan_decode.default_decode_tiles.
 
@@ -50,8 +50,9 @@ __all__ = ["fmha_kvcache", "validate"]
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY")
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM")
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
+KT_FORMS = (-1, 0, 1, 2)             # = gpu.plan_decode.KT_AUTO and KT_FORMS
 OCCUPANCIES = (0, 1, 2, 3, 4)        # = gpu.plan_decode.OCCUPANCIES
 
 
@@ -119,7 +120,8 @@ def _check_options(is_causal, num_splits, tiles):
             raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
     return check_tiles(tiles, TILE_KEYS, "{'TILE_N': int, 'MAX_ROWS': int}",
                        {"PAGE_MODE": (PAGE_MODES, "boxes, gather"),
-                        "OCCUPANCY": (OCCUPANCIES, "0: the compiler's choice")})
+                        "OCCUPANCY": (OCCUPANCIES, "0: the compiler's choice"),
+                        "KT_FORM": (KT_FORMS, "-1 auto, 0 rows, 1 keys, 2 keys_vt")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -161,13 +163,13 @@ _PLANS: dict = {}
 
 
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy):
+          tile_n, max_rows, page_mode, occupancy, kt_form):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
     key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
            None if block_table is None else block_table.shape,
-           is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy)
+           is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy, kt_form)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -182,7 +184,8 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
     launches = plan_decode(q, k_cache, v_cache, lens, out, block_table=block_table,
                            causal=is_causal, scale=scale, num_splits=num_splits or None,
                            tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
-                                  "PAGE_MODE": page_mode, "OCCUPANCY": occupancy},
+                                  "PAGE_MODE": page_mode, "OCCUPANCY": occupancy,
+                                  "KT_FORM": kt_form},
                            num_sms=_num_sms(q.device.index), alloc=alloc)
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
@@ -233,7 +236,7 @@ def _arg(a, work, tensors):
 def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
-          page_mode: int, occupancy: int) -> torch.Tensor:
+          page_mode: int, occupancy: int, kt_form: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -245,10 +248,11 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     bt = block_table
     if bt is not None and bt.dtype != torch.int32:
         bt = bt.to(torch.int32)
-    if tile_n == 0 or max_rows == 0:          # not given: the tuned store's, else default
-        tile_n, max_rows = _tuned(q, k_cache, bt is not None, tile_n, max_rows)
+    if tile_n == 0 or max_rows == 0 or kt_form == -1:   # not given: the store's, else default
+        tile_n, max_rows, kt_form = _tuned(q, k_cache, bt is not None, tile_n, max_rows,
+                                           kt_form)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
-                              num_splits, tile_n, max_rows, page_mode, occupancy)
+                              num_splits, tile_n, max_rows, page_mode, occupancy, kt_form)
     # one workspace allocation per call, through torch's caching allocator (and its
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
@@ -257,14 +261,17 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return out
 
 
-def _tuned(q, k_cache, paged: bool, tile_n: int, max_rows: int) -> tuple[int, int]:
-    """(TILE_N, MAX_ROWS) for a call that left them to SPAK (0): looked up here, in the
-    op's body, so that torch.compile traces no store access (as spak.fmha)."""
+def _tuned(q, k_cache, paged: bool, tile_n: int, max_rows: int,
+           kt_form: int) -> tuple[int, int, int]:
+    """(TILE_N, MAX_ROWS, KT_FORM) for a call that left them to SPAK (0, 0, -1): looked up
+    here, in the op's body, so that torch.compile traces no store access (as spak.fmha).
+    A store entry without KT_FORM leaves it -1 (the plan's choose_kt_form)."""
     from spak.api import _device_info
     name = _device_info(q.device)[1] if q.is_cuda else ""     # a CPU run (the simulator)
     t = decode_tiles(name, q.dtype, q.shape[3],
                      q.shape[2] // k_cache.shape[2], q.shape[1], paged)
-    return tile_n or t["TILE_N"], max_rows or t["MAX_ROWS"]
+    form = t.get("KT_FORM", -1) if kt_form == -1 else kt_form
+    return tile_n or t["TILE_N"], max_rows or t["MAX_ROWS"], form
 
 
 _tuned_cache: dict = {}
@@ -272,10 +279,11 @@ _tuned_cache: dict = {}
 
 def decode_tiles(gpu_name: str, dtype, head_dim: int, group: int, seq_q: int,
                  paged: bool) -> dict:
-    """{"TILE_N", "MAX_ROWS"}: the tuned store's entry of the fmha_decode family for this
-    GPU and (dtype, head dim, GQA group, Sq, paged) -- what `spak sweep --family
-    fmha_decode --update-store` files -- else gpu.plan_decode's defaults. Memoised per
-    store file version (a rewritten store is read again)."""
+    """{"TILE_N", "MAX_ROWS"} (and "KT_FORM" where the entry has one): the tuned store's
+    entry of the fmha_decode family for this GPU and (dtype, head dim, GQA group, Sq,
+    paged) -- what `spak sweep --family fmha_decode --update-store` files -- else
+    gpu.plan_decode's defaults. Memoised per store file version (a rewritten store is
+    read again)."""
     from spak.api import _store_version
     from spak.gpu.plan_decode import default_decode_tiles
     from spak.tune import store as tuned
@@ -285,7 +293,10 @@ def decode_tiles(gpu_name: str, dtype, head_dim: int, group: int, seq_q: int,
     if memo not in _tuned_cache:
         base = default_decode_tiles(head_dim)
         found = tuned.lookup_key("fmha_decode", gpu_name, "splitkv", key) or {}
-        _tuned_cache[memo] = {k: int(found.get(k) or base[k]) for k in ("TILE_N", "MAX_ROWS")}
+        t = {k: int(found.get(k) or base[k]) for k in ("TILE_N", "MAX_ROWS")}
+        if found.get("KT_FORM") is not None:
+            t["KT_FORM"] = int(found["KT_FORM"])
+        _tuned_cache[memo] = t
     return dict(_tuned_cache[memo])
 
 
@@ -313,7 +324,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy):
+          tile_n, max_rows, page_mode, occupancy, kt_form):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
@@ -340,7 +351,8 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
                                    device=q.device)
     args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
             1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
-            cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"])
+            cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"],
+            cfg["KT_FORM"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd

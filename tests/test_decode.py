@@ -217,7 +217,9 @@ def test_spak_sim_family_cli(capsys):
     rc = main(["sim", "--family", "fmha_decode", "--shapes", "2x8:2x40x64/lens=40:9",
                "--dtype", "fp16"])
     assert rc == 0, capsys.readouterr()
-    assert "1/1 cases passed" in capsys.readouterr().out
+    # every kernel of the family: the split kernel as planned and its two keys-in-M forms
+    out = capsys.readouterr().out
+    assert "3/3 cases passed" in out and "splitkv_keys_vt 1/1" in out
 
 
 def test_bytes_moved_counts_each_sequence():
@@ -270,7 +272,7 @@ def test_custom_op_fake_shape():
     with FakeTensorMode():
         q, k, v = _t(3, 2, 8, 64), _t(3, 16, 2, 64), _t(3, 16, 2, 32)
         out = torch.ops.spak.fmha_kvcache(q, k, v, torch.zeros(3, dtype=torch.int32), None,
-                                          True, 0.125, 0, 128, 64, 1, 0)
+                                          True, 0.125, 0, 128, 64, 1, 0, -1)
     assert tuple(out.shape) == (3, 2, 8, 32) and out.dtype == torch.float16
 
 

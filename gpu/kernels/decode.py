@@ -47,6 +47,11 @@ ConstBool = ct.Constant[bool]
 #: K loads as K^T through the load's axis order: the cache's (page/batch, seq, head, dim)
 #: read as (page/batch, dim, head, seq), so a [1, D, 1, TILE_N] box is K^T of one head.
 _KT_ORDER = (0, 3, 2, 1)
+#: The keys-in-M form keeps its row sums as a [TILE_N, ROWS] float32 tile up to this
+#: many elements (32 registers a thread at 256 threads), else sums them every step. The
+#: per-step column sum costs more than the tile where both fit (sm_90 compiles, MQA Sq 4,
+#: 128 rows, TILE_N 64: 1240 B/thread of spill with per-step sums, 200 with the tile).
+L_TILE_FLOATS = 8192
 
 
 # --------------------------------------------------------------------------------------
@@ -63,16 +68,33 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         PAGE: ConstInt,         # page size; 0: contiguous cache
                         PAGE_MODE: ConstInt,    # several pages a tile: 0 boxes, 1 gathered
                         SPLIT: ConstBool,       # write partials (several splits)
-                        CAUSAL: ConstBool):
+                        CAUSAL: ConstBool,
+                        KT_FORM: ConstInt = 0):  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
     t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
     L = _seq_len(Lens, BT, K, b, PAGE)
     q = ct.load(Q, index=(b, qt, t, 0), shape=(1, SQ_T, GT, HEAD_DIM),
                 padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
-    m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
-                            Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
-                            PAGE, PAGE_MODE, CAUSAL, Q.dtype)
+    if KT_FORM == 0:
+        m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
+                                Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
+                                PAGE, PAGE_MODE, CAUSAL, Q.dtype)
+        _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V,
+                SPLIT)
+    else:
+        m_i, l_i, acc = _attend_keys(ct.transpose(q), K, V, BT, b, kv_h, qt, split,
+                                     ct.num_blocks(1), L, Q.shape[1], scale, HEAD_DIM,
+                                     HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL,
+                                     Q.dtype, KT_FORM == 2)
+        ROWS = SQ_T * GT
+        _finish(Out, Acc, Mx, Lx, m_i.reshape((ROWS, 1)), l_i.reshape((ROWS, 1)), acc,
+                b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT)
+
+
+def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT):
+    """The block's result: the partial state (m, l [ROWS, 1], acc [ROWS, Dv]) of its
+    split into the workspaces, or, with one split, acc / l into Out."""
     if SPLIT:
         # partial state of this split; rows past Sq fall outside the arrays and are dropped.
         # m and l go element by element (scatter): a [SQ_T, GT] box of float32 is too
@@ -306,6 +328,103 @@ def _softmax_step(s, v, m_i, l_i, acc, in_dtype):
     return m_new, l_i, acc
 
 
+# --------------------------------------------------------------------------------------
+# The keys-in-M form (KT_FORM 1, 2): S^T = K Q^T
+# --------------------------------------------------------------------------------------
+def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
+                 HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype,
+                 VT):
+    """(m [1, ROWS], l [1, ROWS], acc [ROWS, Dv]) like _attend, with the keys in the
+    tensor cores' M dimension: S^T [TN, ROWS] = K [TN, D] @ Q^T [D, ROWS]. K is used as
+    loaded (no [TN, D] -> [D, TN] transpose, which a gathered page tile must do in
+    registers), and the packed rows (as few as 16) are the small N side, so an MQA block
+    of 32 heads holds a [TN, 32] score tile instead of padding rows in M. The softmax runs
+    down the columns (axis 0). VT: O^T [Dv, ROWS] += V^T P^T (V read transposed, as K^T
+    is in the rows form); else O [ROWS, Dv] += P V with P^T transposed (a [TN, ROWS]
+    half-precision tile, smaller than V's). The row sums: where a [TN, ROWS] float32
+    tile is small (L_TILE_FLOATS), a tile added into element by element and summed once
+    at the end (no cross-warp sum per step); else summed down the columns every step
+    (a 128-row block's [128, 128] tile would cost 64 registers a thread)."""
+    ROWS = SQ_T * GT
+    L_TILE = TILE_N * ROWS <= L_TILE_FLOATS
+    first_q = qt * SQ_T
+    diag = L - seq_q
+    if CAUSAL:
+        last_q = min(first_q + SQ_T, seq_q) - 1
+        kv_end = max(min(L, last_q + diag + 1), 0)
+        clean_keys = max(min(L, first_q + diag + 1), 0)
+    else:
+        kv_end = L
+        clean_keys = L
+    per_split = ct.cdiv(ct.cdiv(kv_end, TILE_N), num_splits)
+    j0 = split * per_split
+    j1 = min(j0 + per_split, ct.cdiv(kv_end, TILE_N))
+    mid = max(min(clean_keys // TILE_N, j1), j0)
+
+    c = scale * LOG2E
+    q_pos = (first_q + ct.arange(ROWS, dtype=ct.int32) // GT + diag)[None, :]   # [1, ROWS]
+    key_offs = ct.arange(TILE_N, dtype=ct.int32)[:, None]                      # [TN, 1]
+    m_i = ct.full((1, ROWS), NEG_INF, dtype=ct.float32)
+    if L_TILE:
+        l_t = ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)
+    else:
+        l_t = ct.full((1, ROWS), 0.0, dtype=ct.float32)
+    if VT:
+        acc = ct.full((HEAD_DIM_V, ROWS), 0.0, dtype=ct.float32)
+    else:
+        acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
+    for j in range(j0, mid):
+        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False)
+        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT)
+        s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
+        m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
+    for j in range(mid, j1):
+        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False)
+        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT)
+        s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
+        s, v = _mask_tail_keys(s, v, j * TILE_N, key_offs, L, q_pos, CAUSAL, TILE_N, VT)
+        m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
+    if L_TILE:
+        l_t = ct.sum(l_t, axis=0, keepdims=True)
+    if VT:
+        acc = ct.transpose(acc)
+    return m_i, l_t, acc
+
+
+def _mask_tail_keys(s, v, first_key, key_offs, L, q_pos, CAUSAL, N, VT):
+    """_mask_tail for S^T [TN, ROWS]: keys down the rows; V (or V^T) rows (columns) of
+    keys past L to 0."""
+    key_pos = first_key + key_offs        # [TN, 1]
+    keep = key_pos < L
+    if CAUSAL:
+        keep = keep & (key_pos <= q_pos)
+    s = ct.where(keep, s, NEG_INF)
+    if VT:
+        v = ct.where((first_key + key_offs.reshape((1, N))) < L, v, 0.0)
+    else:
+        v = ct.where(key_pos < L, v, 0.0)
+    return s, v
+
+
+def _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE):
+    """_softmax_step for S^T [TN, ROWS]: max down the columns; l_t [TN, ROWS] gathers
+    the weights element by element (L_TILE: summed once after the loop), or l [1, ROWS]
+    takes their column sums."""
+    m_new = ct.maximum(m_i, ct.max(s, axis=0, keepdims=True))
+    m_safe = ct.where(m_new == NEG_INF, 0.0, m_new)
+    p = ct.exp2(s - m_safe, flush_to_zero=True)
+    alpha = ct.exp2(m_i - m_safe, flush_to_zero=True)            # [1, ROWS]
+    if L_TILE:
+        l_t = l_t * alpha + p
+    else:
+        l_t = l_t * alpha + ct.sum(p, axis=0, keepdims=True)
+    if VT:
+        acc = ct.mma(v, p.astype(in_dtype), acc * alpha)
+    else:
+        acc = ct.mma(ct.transpose(p.astype(in_dtype)), v, acc * alpha.reshape((ROWS, 1)))
+    return m_new, l_t, acc
+
+
 def _normalise(acc, l_i):
     """acc / l in float32; rows that saw no key (l == 0) give 0."""
     has_keys = l_i != 0.0                  # != keeps a NaN sum NaN, as in the fused kernel
@@ -370,6 +489,44 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
     k_t = _pages(K, BT, b, kv_h, first, last, n, HEAD_DIM, PAGE, True)
     v = _pages(V, BT, b, kv_h, first, last, n, HEAD_DIM_V, PAGE, False)
     return k_t, v
+
+
+def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T):
+    """Key tile j of sequence b, kv head kv_h, of a 4D cache: X [TN, DIM] as stored, or
+    X^T [DIM, TN] (T): contiguous and in-page tiles read transposed through the load's
+    axis order, gathered pages transposed in registers, boxes concatenated side by side."""
+    if PAGE == 0:
+        if T:
+            x = ct.load(X, index=(b, 0, kv_h, j), shape=(1, DIM, 1, TILE_N),
+                        order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+            return x.reshape((DIM, TILE_N))
+        x = ct.load(X, index=(b, j, kv_h, 0), shape=(1, TILE_N, 1, DIM),
+                    padding_mode=ct.PaddingMode.ZERO)
+        return x.reshape((TILE_N, DIM))
+    if TILE_N <= PAGE:
+        per_page = PAGE // TILE_N
+        page = ct.load(BT, index=(b, j // per_page), shape=())
+        sub = j % per_page
+        if T:
+            x = ct.load(X, index=(page, 0, kv_h, sub), shape=(1, DIM, 1, TILE_N),
+                        order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+            return x.reshape((DIM, TILE_N))
+        x = ct.load(X, index=(page, sub, kv_h, 0), shape=(1, TILE_N, 1, DIM),
+                    padding_mode=ct.PaddingMode.ZERO)
+        return x.reshape((TILE_N, DIM))
+    n = TILE_N // PAGE
+    first = j * n
+    last = ct.cdiv(L, PAGE) - 1
+    if PAGE_MODE == 1:
+        pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32), last)))
+        x = ct.load_advanced_indexing(X, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
+                                          ct.Slice(0, DIM)),
+                                      padding_mode=ct.PaddingMode.ZERO)
+        x = x.reshape((TILE_N, DIM))
+        if T:
+            return ct.transpose(x)
+        return x
+    return _pages(X, BT, b, kv_h, first, last, n, DIM, PAGE, T)
 
 
 def _pages(X, BT, b, kv_h, first, last, N, DIM, PAGE, IS_K):

@@ -222,6 +222,14 @@ SHAPE_SETS: dict[str, list[str]] = {
         "1x8:2x16:200x128/causal/splits=4",
         "1x28:4x333x80/lens=333",                             # group 7, D=80
     ],
+    # the keys-in-M split kernel (KT_FORM 1, 2): MQA Sq 1 and 4 (32, 64 rows; 8 queries:
+    # 2 query tiles), 16-key pages in one gathered tile, ragged lengths with 0 and 1
+    "forms": [
+        "2x32:1x300x64/page16/lens=300:1/splits=3",
+        "3x32:1x4:200x64/causal/page16/lens=0:200:77/splits=2",
+        "1x32:1x8:150x64/causal/splits=2",
+        "2x16:2x4:140x128/causal/lens=140:9",
+    ],
     "bench": _bench(),
     "varlen": [
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
@@ -303,7 +311,9 @@ def decode_attention_f64(inputs: dict, causal: bool, scale=None) -> np.ndarray:
 class FmhaDecode(KernelFamily):
     name = "fmha_decode"
     title = "decode attention over a KV cache (split-KV, GQA packing, paged or contiguous)"
-    kernels = ("splitkv",)
+    #: the split kernel in its three forms (gpu.plan_decode.KT_FORMS): "splitkv" the plan's
+    #: choice (tiles["KT_FORM"] or choose_kt_form), the others one form pinned
+    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt")
     outputs = ("out",)
     metric = "GB/s"
     space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
@@ -317,6 +327,11 @@ class FmhaDecode(KernelFamily):
     sweep_plan = "plans/fmha_decode.toml"
     sweep_peers = ("sdpa-cudnn", "sdpa-flash")
     sweep_shapes = ("bench",)
+
+    def knob_keys(self) -> tuple[str, ...]:
+        """KT_FORM (gpu.plan_decode.KT_FORMS: 0 rows, 1 keys, 2 keys_vt in the tensor
+        cores' M), swept beside the tiles ([sweep.sm_90] knobs)."""
+        return ("KT_FORM",)
 
     def grammar_help(self) -> str:
         return GRAMMAR_HELP
@@ -357,8 +372,8 @@ class FmhaDecode(KernelFamily):
             return {"out": out}, reports
         from spak.cpu.simrun_decode import simulate_decode
         out, reports = simulate_decode(inputs, dtype=problem.dtype, causal=problem.causal,
-                                       num_splits=problem.splits, tiles=_tiles(tiles),
-                                       model=model)
+                                       num_splits=problem.splits,
+                                       tiles=_form_tiles(kernel, _tiles(tiles)), model=model)
         return {"out": out}, reports
 
     def flops(self, problem) -> float:
@@ -408,7 +423,7 @@ class FmhaDecode(KernelFamily):
 
     def gpu_call(self, kernel, problem, inputs, config, *, alloc=None):
         from spak.device.decode_gpu import decode_call
-        return decode_call(problem, inputs, config, alloc=alloc)
+        return decode_call(problem, inputs, _form_tiles(kernel, dict(config)), alloc=alloc)
 
     def peer_calls(self, problem, inputs, names=None) -> dict:
         from spak.device.decode_gpu import decode_peers
@@ -425,7 +440,8 @@ class FmhaDecode(KernelFamily):
         several pages a tile), and the varlen kernel. One result, its kernels listed."""
         from spak.gpu.compile_decode import compile_decode_variant
         common = dict(arch=item["arch"], dtype=item["dtype"], head_dim=item["head_dim"],
-                      causal=item["causal"], tiles=_tiles(item.get("tiles")),
+                      causal=item["causal"],
+                      tiles=_form_tiles(item.get("kernel"), _tiles(item.get("tiles"))),
                       hints=item.get("hints"))
         parts = [compile_decode_variant(**common),
                  compile_decode_variant(**common, page=16, seq_q=4, heads=(8, 1)),
@@ -437,6 +453,17 @@ class FmhaDecode(KernelFamily):
                 "kernels": [dict(k, name=f"{k['name']}{sfx}") for r, sfx in
                             zip(parts, ("", "/page16", "")) for k in r["kernels"]],
                 "tiles": parts[0]["tiles"] or {}}
+
+
+#: kernel name -> the KT_FORM it pins (gpu.plan_decode.KT_FORMS)
+_KERNEL_FORMS = {"splitkv_keys": 1, "splitkv_keys_vt": 2}
+
+
+def _form_tiles(kernel, tiles):
+    """tiles with the kernel's pinned KT_FORM (none for "splitkv": the plan's choice)."""
+    if kernel not in _KERNEL_FORMS:
+        return tiles
+    return {**(tiles or {}), "KT_FORM": _KERNEL_FORMS[kernel]}
 
 
 def _tiles(tiles):

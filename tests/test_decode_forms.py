@@ -1,0 +1,56 @@
+"""The split kernel's keys-in-M forms (tiles["KT_FORM"] 1 and 2: S^T = K Q^T, issue 18) on
+the simulator against float64: MQA Sq 1 and 4 (tiled and per-step row sums), 16-key pages
+(gathered and boxes), ragged lengths with 0 and 1; and the plan's knob validation."""
+import numpy as np
+import pytest
+
+from spak.core.metrics import rel_l2
+from spak.cpu.simrun_decode import simulate_decode
+from spak.families.fmha_decode import FAMILY
+from spak.gpu.plan_decode import KT_AUTO, choose_kt_form, default_decode_tiles, plan_decode
+
+CASES = [
+    ("2x32:1x300x64/page16/lens=300:1/splits=3/fp16", {}),
+    ("3x32:1x4:200x64/causal/page16/lens=0:200:77/splits=2/bf16", {}),
+    ("1x32:1x8:150x64/causal/splits=2/fp16", {}),                  # 64 rows: per-step sums
+    ("2x8:1x4:77x64/causal/page16/lens=77:5/splits=3/fp16", {"PAGE_MODE": 0}),
+    ("2x16:2x4:140x128/causal/lens=140:9/fp16", {"TILE_N": 64}),
+]
+
+
+@pytest.mark.parametrize("form", [1, 2])
+@pytest.mark.parametrize("case,tiles", CASES)
+def test_keys_forms_match_float64(case, tiles, form):
+    p = FAMILY.parse(case)
+    inp = FAMILY.make_inputs(p, seed=3)
+    ref = FAMILY.reference(p, inp)["out"]
+    out, reports = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits,
+                                   tiles={**tiles, "KT_FORM": form})
+    assert not np.isnan(out).any()
+    assert rel_l2(out, ref) <= FAMILY.gate(p)
+    # the test can fail: a wrong scale would be far outside the gate
+    assert rel_l2(out, ref * 1.01) > FAMILY.gate(p)
+
+
+def test_forms_plan_the_same_grid_and_pass_the_form():
+    p = FAMILY.parse("2x32:1x4:200x64/causal/page16/fp16")
+    inp = FAMILY.make_inputs(p)
+    out = np.zeros((2, 4, 32, 64), np.float16)
+    args = (inp["q"], inp["k_cache"], inp["v_cache"], inp["cache_seqlens"], out)
+    plans = {f: plan_decode(*args, block_table=inp["block_table"], causal=True, num_splits=2,
+                            tiles={"KT_FORM": f}) for f in (0, 1, 2)}
+    assert {tuple(L.grid for L in v) for v in plans.values()} == {
+        tuple(L.grid for L in plans[0])}
+    assert [v[0].args[-1] for v in plans.values()] == [0, 1, 2]
+    auto = plan_decode(*args, block_table=inp["block_table"], causal=True, num_splits=2)
+    assert auto[0].args[-1] == choose_kt_form(32, 1, 4, 16, 128)
+    assert default_decode_tiles(64)["KT_FORM"] == KT_AUTO
+
+
+@pytest.mark.parametrize("bad", [3, -2])
+def test_bad_kt_form_names_the_key(bad):
+    p = FAMILY.parse("1x8:1x40x64/fp16")
+    inp = FAMILY.make_inputs(p)
+    with pytest.raises(ValueError, match="KT_FORM"):
+        plan_decode(inp["q"], inp["k_cache"], inp["v_cache"], inp["cache_seqlens"],
+                    np.zeros((1, 1, 8, 64), np.float16), tiles={"KT_FORM": bad})
