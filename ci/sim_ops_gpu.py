@@ -685,7 +685,10 @@ def load_recorded(d: Path):
     return meta, cases, gpu
 
 
-def check(d: Path, model: str, only: str | None) -> int:
+def measure(d: Path, model: str, only: str | None = None):
+    """(meta, rows, families) of the model on DIR's recording: rows (family, case, outputs,
+    bit-identical, max ulp, NaN-bits-only, note), families {family: [outputs, identical,
+    max ulp]} (spak calibrate --check reads the latter)."""
     meta, cases, gpu = load_recorded(d)
     rows, fam = [], {}
     for case in cases:
@@ -705,14 +708,20 @@ def check(d: Path, model: str, only: str | None) -> int:
             a, b, u, z = compare(g, got[key])
             n, same, ulp, nan_only = n + a, same + b, max(ulp, u), nan_only + z
         rows.append((case.family, case.name, n, same, ulp, nan_only, ""))
-        f = fam.setdefault(case.family, [0, 0])
+        f = fam.setdefault(case.family, [0, 0, 0])
         f[0] += n
         f[1] += same
+        f[2] = max(f[2], ulp)
+    return meta, rows, fam
+
+
+def check(d: Path, model: str, only: str | None) -> int:
+    meta, rows, fam = measure(d, model, only)
     gpu_name = meta.get("gpu", meta["backend"])
     print(f"GPU outputs: {gpu_name}, recorded {meta['date']} (commit {meta['commit']}, "
           f"cuda-tile {meta.get('cuda_tile')}); simulator model {model}\n")
     print("| family | outputs | bit-identical |\n|---|---|---|")
-    for name, (n, same) in fam.items():
+    for name, (n, same, _) in fam.items():
         print(f"| {name} | {n} | {100 * same / n:.2f}% |")
     print("\n| case | family | outputs | bit-identical | max ulp (finite) | NaN bits only | note |")
     print("|---|---|---|---|---|---|---|")

@@ -12,9 +12,12 @@ the worst distance in ulp; exit status 1 when an op the model declares exact is 
 `--record DIR` is the one command for the owner of a GPU we have no measurements of
 (issue 22: the sm_120 and sm_89 models come from MMA-Sim and the SASS, not from hardware):
 it runs the probes (probe_*.npz), the exhaustive MUFU tables (sm90_mufu.npz, named after
-the format, holding this GPU's offsets) and the FMHA agreement cases (agreement.npz: both
+the format, holding this GPU's offsets), the FMHA agreement cases (agreement.npz: both
 kernels on the `default` shape set in fp16 and bf16, inputs and the GPU's whole output,
-the tiles of this arch) and writes calibration.json (GPU, arch, versions). Bring DIR home;
+the tiles of this arch), issue 19's MUFU.RSQ and MUFU.TANH tables (ci/mufu_probe.py) and
+per-op kernels (ci/sim_ops_gpu.py: sums, scans, matmul accumulation, gathers, atomics;
+reported per family as "ops:<family>", not gated) and writes calibration.json (GPU, arch,
+versions). Bring DIR home;
 `spak calibrate --check --data DIR` then runs anywhere: the model of the recorded arch
 (calibration.json) against every file, including the ops that model only assumes (sm_120
 and sm_89: sm_90's MUFU tables and row-sum order), each reported as "exact" or "assumed";
@@ -30,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MMA_GROUPS = ("random", "wide", "cancel", "bigacc")
 #: ops the sm_90 model claims bit for bit (the others are declared approximate)
-EXACT = {"sm_90": {"mma", "rowsum", "cast_f16", "cast_bf16"},
+EXACT = {"sm_90": {"mma", "rowsum", "cast_f16", "cast_bf16", "mufu_rsq", "mufu_tanh"},
          # from MMA-Sim (bit-accurate, validated on hardware by its authors) and IEEE RNE
          "sm_120": {"mma", "cast_f16", "cast_bf16"},
          "sm_89": {"mma", "cast_f16", "cast_bf16"}}
@@ -106,6 +109,70 @@ def mufu_rows(model, data: Path) -> list[tuple[str, str, float, int]]:
         rows.append((op, "all 2^23 fractions", float(same.mean() * 100),
                      int(np.abs(got.astype(np.int16) - mine.astype(np.int16)).max())))
     return rows
+
+
+def rsq_tanh_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
+    """ci/mufu_probe.py's records (MUFU.RSQ offsets over [1, 4); MUFU.TANH's table over
+    +-[2^-8, 8)) against the tables the sm_90 model reads (sim/mufu.py). Other models do
+    not use these tables, so their rows say how far the recorded GPU is from sm_90's."""
+    import numpy as np
+    from spak.sim import mufu
+    rows = []
+    f = data / "mufu_probe.npz"
+    mine = mufu.rsq_table()
+    if f.exists() and mine is not None:
+        got = np.load(f)["rsqrt_off"]
+        if got.shape == mine.shape:
+            rows.append(("mufu_rsq", "all 2^24 in [1, 4)", float((got == mine).mean() * 100),
+                         int(np.abs(got.astype(np.int16) - mine.astype(np.int16)).max())))
+    f = data / "tanh_table.npz"
+    table = mufu.tanh_table()
+    if f.exists() and table is not None:
+        x, want = _tanh_runs(np.load(f))
+        got = mufu.tanh_sm90(x, table).view(np.uint32)
+        ulp = np.abs(got.astype(np.int64) - want.astype(np.int64))
+        rows.append(("mufu_tanh", f"{want.size // 4} runs of +-[2^-8, 8)",
+                     float((got == want).mean() * 100), int(ulp.max()) if ulp.size else 0))
+    return rows
+
+
+def _tanh_runs(z):
+    """The inputs and result bits of ci/mufu_probe.py --tanh-table's record: per binade 2^e
+    the run starts' bits (t{e}_first + cumulative t{e}_diff); each run checked at its first
+    and last input, for both signs (the probe found tanh odd on every input)."""
+    import numpy as np
+    xs, ys = [], []
+    for key in sorted(k for k in z.files if k.endswith("_first")):
+        e = int(key[1:-len("_first")])
+        bits = np.cumsum(np.concatenate([z[key].astype(np.int64),
+                                         z[f"t{e}_diff"].astype(np.int64)])).astype(np.uint32)
+        run = 23 - (int(bits.size).bit_length() - 1)          # 2^(23 - run) runs a binade
+        start = np.uint32((127 + e) << 23) + (np.arange(bits.size, dtype=np.uint32) << run)
+        for last in (np.uint32(0), np.uint32((1 << run) - 1)):
+            for sign in (np.uint32(0), np.uint32(1 << 31)):
+                xs.append((start + last) | sign)
+                ys.append(bits | sign)
+    return np.concatenate(xs).view(np.float32), np.concatenate(ys)
+
+
+def ops_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
+    """ci/sim_ops_gpu.py's per-op kernels re-run on the simulator under the model, per
+    family (op "ops:<family>"; reported, not gated: docs/sim-coverage.md says per op which
+    cases are verified, and tests/test_sim_shapes_h100.py pins the known gaps)."""
+    import importlib.util
+    from contextlib import redirect_stdout
+    import io
+    if not (data / "sim_ops_gpu.npz").exists():
+        return []
+    spec = importlib.util.spec_from_file_location("sim_ops_gpu", ROOT / "ci" / "sim_ops_gpu.py")
+    ops = sys.modules.get("sim_ops_gpu") or importlib.util.module_from_spec(spec)
+    if "sim_ops_gpu" not in sys.modules:
+        sys.modules["sim_ops_gpu"] = ops          # its dataclasses look their module up
+        spec.loader.exec_module(ops)
+    with redirect_stdout(io.StringIO()):
+        _, _, fam = ops.measure(data, model_name)
+    return [(f"ops:{name}", f"{n} outputs", 100.0 * same / n if n else 100.0, worst)
+            for name, (n, same, worst) in fam.items()]
 
 
 def fmha_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
@@ -184,10 +251,10 @@ def record(out: Path) -> int:
         return 1
     out.mkdir(parents=True, exist_ok=True)
     steps = {}
-    for step, script in (("probes", "numerics_probe.py"), ("tables", "numerics_tables.py")):
-        print(f"== {step}: ci/{script}", flush=True)
+    for step, script, *extra in RECORD_STEPS:
+        print(f"== {step}: ci/{script} {' '.join(extra)}", flush=True)
         steps[step] = subprocess.call([sys.executable, str(ROOT / "ci" / script),
-                                       "--out", str(out)])
+                                       *_out_flag(script, out), *extra])
     print("== agreement: both kernels, the default shape set, fp16 and bf16", flush=True)
     try:
         steps["agreement_cases"] = record_agreement(out, arch)
@@ -199,8 +266,21 @@ def record(out: Path) -> int:
     (out / CALIBRATION).write_text(json.dumps(meta, indent=1) + "\n")
     print(f"wrote {out}: {sorted(p.name for p in out.iterdir())}\n"
           f"then, on any machine: spak calibrate --check --data {out}")
-    return 0 if not any(v for k, v in steps.items() if k in ("probes", "tables")) and \
-        "agreement_error" not in steps else 1
+    return 0 if not any(v for k, v in steps.items() if k in dict.fromkeys(
+        st[0] for st in RECORD_STEPS)) and "agreement_error" not in steps else 1
+
+
+#: what --record runs, in order: (step, ci script, extra flags). The probes and MUFU tables
+#: of issue 6, then issue 19's: MUFU.RSQ's table and tanh samples (mufu_probe.npz),
+#: MUFU.TANH's whole table (tanh_table.npz) and the per-op kernels (sim_ops_gpu.npz: sums,
+#: scans, matmul accumulation, gathers, atomics, the shape rules).
+RECORD_STEPS = (("probes", "numerics_probe.py"), ("tables", "numerics_tables.py"),
+                ("mufu_rsq", "mufu_probe.py"), ("mufu_tanh", "mufu_probe.py", "--tanh-table"),
+                ("ops", "sim_ops_gpu.py", "--extra", "--shapes"))
+
+
+def _out_flag(script: str, out: Path) -> list:
+    return ["--record", str(out)] if script == "sim_ops_gpu.py" else ["--out", str(out)]
 
 
 def _versions() -> dict:
@@ -255,14 +335,17 @@ def check(model: str, data: Path) -> tuple[list[str], int]:
     from spak.sim.numerics import get_model
     rows = agreement(model, data)
     rows += mufu_rows(get_model(model), data) + fmha_rows(model, data)
+    rows += rsq_tanh_rows(model, data) + ops_rows(model, data)
     if not rows:
         return [], 0
     exact, assumed = EXACT.get(model, set()), ASSUMED.get(model, set())
+    w = max(10, *(len(r[0]) for r in rows))
     lines = [f"model {model} vs {data}",
-             f"{'op':10s} {'cases':26s} {'bit-identical':>14s} {'worst ulp':>10s}  claim"]
+             f"{'op':{w}s} {'cases':26s} {'bit-identical':>14s} {'worst ulp':>10s}  claim"]
     bad = 0
     for op, group, pct, worst in rows:
-        claim = "exact" if op in exact else "assumed" if op in assumed else "approx"
+        claim = ("exact" if op in exact else "assumed" if op in assumed
+                 else "reported" if op.startswith("ops:") else "approx")
         flag = ""
         if claim == "exact" and pct < 100.0:
             bad += 1
@@ -271,5 +354,5 @@ def check(model: str, data: Path) -> tuple[list[str], int]:
             bad += 1
             flag = (f"  << ASSUMPTION REFUTED (docs/numerics-{model.replace('_', '')}"
                     ".md, 'closing the loop')")
-        lines.append(f"{op:10s} {group:26s} {pct:13.4f}% {worst:10d}  {claim}{flag}")
+        lines.append(f"{op:{w}s} {group:26s} {pct:13.4f}% {worst:10d}  {claim}{flag}")
     return lines, bad
