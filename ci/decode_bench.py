@@ -108,7 +108,8 @@ def goal_grid(forms: bool = False) -> list[dict]:
         for c in cases:
             if c["Hkv"] == 1 or (c["Hkv"] == 8 and c["page"] == 16):
                 c["extra"] = {k: v for k, v in FORM_KNOBS.items()
-                              if c["Sq"] > 1 or "rows128" not in k}
+                              if (c["Sq"] > 1 or "rows128" not in k)
+                              and (c["page"] == 16 or "boxes" not in k)}
     return cases
 
 
@@ -118,7 +119,9 @@ FORM_KNOBS = {"kt0": {"tiles": {"KT_FORM": 0}}, "kt1": {"tiles": {"KT_FORM": 1}}
               "kt1tn64": {"tiles": {"KT_FORM": 1, "TILE_N": 64}},
               "kt2tn64": {"tiles": {"KT_FORM": 2, "TILE_N": 64}},
               "kt1rows128tn64": {"tiles": {"KT_FORM": 1, "MAX_ROWS": 128, "TILE_N": 64}},
-              "kt2rows128tn64": {"tiles": {"KT_FORM": 2, "MAX_ROWS": 128, "TILE_N": 64}}}
+              "kt2rows128tn64": {"tiles": {"KT_FORM": 2, "MAX_ROWS": 128, "TILE_N": 64}},
+              "kt1boxes": {"tiles": {"KT_FORM": 1, "PAGE_MODE": 0}},
+              "kt2boxes": {"tiles": {"KT_FORM": 2, "PAGE_MODE": 0}}}
 
 
 def tune_grid() -> list[dict]:
