@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED=1
 W=/tmp/round3 && rm -rf $W && mkdir -p $W
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv > $W/gpu.txt 2>&1
 if [ "$MODE" = resweep ]; then
-  python ci/fwd_store_resweep.py --out $W/resweep --update-store --budget-s ${RESWEEP_BUDGET_S:-190} \
+  python ci/fwd_store_resweep.py --out $W/resweep --update-store --budget-s ${RESWEEP_BUDGET_S:-190} ${RESWEEP_ARGS:-} \
     > $W/resweep-stdout.txt 2>&1
   echo "resweep rc $?" >> $W/resweep-stdout.txt
   cp spak/data/tuned_configs.json $W/tuned_configs.after.json

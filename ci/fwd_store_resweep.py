@@ -232,11 +232,11 @@ def run_group(runner, group: dict, meta: dict, log) -> list[dict]:
 def sample_units() -> tuple:
     """The compile units of NVIDIA's sample that ci/fwd_peers_bench.py needs for the
     standard + seed shapes (compiled here, in the same helpers, ahead of it)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fwd_peers_bench",
-                                                  ROOT / "ci" / "fwd_peers_bench.py")
-    fpb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fpb)
+    # imported by name from ci/ (on sys.path, which spawned helpers inherit): its
+    # compile_unit must pickle into the helpers (a module loaded from a file spec does not)
+    if str(ROOT / "ci") not in sys.path:
+        sys.path.insert(0, str(ROOT / "ci"))
+    import fwd_peers_bench as fpb
     from spak.attention.problems import select_cases
     units = []
     for dt in ("fp16", "bf16"):
@@ -255,8 +255,13 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=200.0,
                     help="start no group after this many seconds")
     ap.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="for --list: whose store")
+    ap.add_argument("--head-dim", type=int, help="only the cells of this head dim")
+    ap.add_argument("--max-bucket", type=int, help="only the cells of buckets <= this")
+    ap.add_argument("--no-side", action="store_true", help="skip the side shapes")
     args = ap.parse_args(argv)
-    gs = groups()
+    gs = [g for g in groups() if (args.head_dim is None or g["cell"][1] == args.head_dim)
+          and (args.max_bucket is None or g["cell"][3] <= args.max_bucket)
+          and (g["store"] or not args.no_side)]
     if args.list:
         return list_plan(gs, args.gpu)
     return run(args, gs)
