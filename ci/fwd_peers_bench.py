@@ -446,7 +446,8 @@ def spak_config(spec) -> dict:
     """The config spak.fmha launches for the shape (its tuned store for this GPU)."""
     from spak.api import resolve_tiles
     return resolve_tiles("fused", _torch_dtype(spec.dtype), spec.D, spec.causal, spec.Sk,
-                         __import__("torch").device("cuda", 0))
+                         __import__("torch").device("cuda", 0),
+                         rows=spec.B * spec.Hq * spec.Sq)     # small-grid entries, as spak.fmha
 
 
 def peer_units(spec, variants: dict) -> list[tuple[str, dict]]:

@@ -187,6 +187,52 @@ def median_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _plain(cfg: dict) -> dict:
+    """A config without unset keys (None, or 0 = the compiler's choice for hints)."""
+    return {k: v for k, v in cfg.items() if v not in (None, 0)}
+
+
+def small_grid_updates(rows: list[dict], gpu: str, max_rows: int, path=None,
+                       min_gain: float = 1.03) -> list[str]:
+    """Small-grid store entries (spak.tune.store "max_rows") from the side shapes' rows:
+    where the side shape's best re-timed config beats the cell's general entry (as the
+    store now holds it) on that shape by >= ``min_gain`` (median of passes against the
+    general config's median, else its pass-1 figure). Returns one line per side case."""
+    from spak.tune import store as tuned
+    lines = []
+    side = [r for r in rows if r.get("group") == "side"]
+    store = tuned.load_store(path)
+    for case in sorted({r["case"] for r in side}):
+        rs = [r for r in side if r["case"] == case]
+        med = median_rows(rs)
+        if not med:
+            continue
+        best = max(med, key=lambda r: r["tflops"])
+        r0 = rs[0]
+        general = tuned.lookup(gpu, "fused", r0["dtype"], r0["D"], r0["causal"], r0["Sk"],
+                               path=path) or {}
+        mine = [r for r in med if _plain(r["config"]) == _plain(general)] or \
+            [r for r in rs if r.get("tflops") and _plain(r["config"]) == _plain(general)]
+        if not mine:
+            lines.append(f"{case}: general entry {_plain(general)} not measured: no entry")
+            continue
+        gain = best["tflops"] / mine[0]["tflops"]
+        lines.append(f"{case}: best {best['config_id']} {best['tflops']:.1f} vs general "
+                     f"{mine[0]['config_id']} {mine[0]['tflops']:.1f} TFLOPS ({gain:.3f}x)")
+        if gain < min_gain or best["config_id"] == mine[0]["config_id"]:
+            continue
+        e = tuned.make_entry(gpu, "fused", r0["dtype"], r0["D"], r0["causal"], r0["Sk"],
+                             _plain(best["config"]), max_rows=int(max_rows),
+                             config_id=best["config_id"], tflops=round(best["tflops"], 2),
+                             speedup_vs_general=round(gain, 4), cases=[case],
+                             date=best["date"][:10], commit=best.get("commit"),
+                             source="ci/fwd_store_resweep.py side shapes")
+        store = tuned.upsert(dict(store, configs=list(store["configs"])), e)
+        lines[-1] += f": small-grid entry (rows <= {max_rows})"
+    tuned.write_store(store, path)
+    return lines
+
+
 def _row(runner, job, res: dict, meta: dict, p: int) -> dict:
     from spak import families
     fam = families.get("fmha_fwd")
@@ -333,6 +379,10 @@ def run(args, gs) -> int:
         from spak.tune.choose import update_store
         for line in update_store([choose_path], gpu=gpu, kernel="fused"):
             log("store: " + line)
+        # one wave of 64-row tiles: the grids the side shapes stand for (2x8x512: 8192 rows)
+        max_rows = 64 * int(runner.info.get("sm_count") or 132)
+        for line in small_grid_updates(rows, gpu, max_rows):
+            log("small grid: " + line)
     log("done")
     return 0
 

@@ -176,15 +176,16 @@ CONFIG_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "occupancy", "num_ctas")
 
 
 def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
-                  tiles: Optional[dict] = None) -> dict:
+                  tiles: Optional[dict] = None, rows: Optional[int] = None) -> dict:
     """The launch config: `tiles` as given (filled up from defaults), else the tuned store's
-    entry (all of its keys: tiles, knobs and hints), else the default tiles."""
+    entry (all of its keys: tiles, knobs and hints), else the default tiles. ``rows``
+    (B * Hq * Sq) lets a small-grid store entry serve the problem (spak.tune.store)."""
     from spak.gpu.plan import default_tiles
     arch, gpu_name = _device_info(device)
     base = default_tiles(D, arch, causal)
     if tiles:
         return {**base, **tiles}
-    found = _lookup(gpu_name, kernel, str(dtype), D, causal, Sk)
+    found = _lookup(gpu_name, kernel, str(dtype), D, causal, Sk, rows)
     if found:
         return {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
     return base
@@ -200,11 +201,11 @@ def _device_info(device) -> tuple[str, str]:
 _lookup_cache: dict = {}
 
 
-def _lookup(gpu_name, kernel, dtype, D, causal, Sk):
-    """spak.tune.store.lookup, memoised per (problem class, store file version)."""
-    key = (gpu_name, kernel, dtype, D, causal, tuned.seq_bucket(Sk), _store_version())
+def _lookup(gpu_name, kernel, dtype, D, causal, Sk, rows=None):
+    """spak.tune.store.lookup, memoised per (problem class, rows, store file version)."""
+    key = (gpu_name, kernel, dtype, D, causal, tuned.seq_bucket(Sk), rows, _store_version())
     if key not in _lookup_cache:
-        _lookup_cache[key] = tuned.lookup(gpu_name, kernel, dtype, D, causal, Sk)
+        _lookup_cache[key] = tuned.lookup(gpu_name, kernel, dtype, D, causal, Sk, rows=rows)
     return _lookup_cache[key]
 
 
@@ -260,7 +261,7 @@ def _launch_config(q, k, kernel, is_causal, tile_m, tile_n, lat_k, lat_v, occupa
     if not (tile_m and tile_n):
         given = {key: val for key, val in (("TILE_M", tile_m), ("TILE_N", tile_n)) if val}
         t = resolve_tiles(kernel, q.dtype, q.shape[3], is_causal, k.shape[2], q.device,
-                          given or None)
+                          given or None, rows=q.shape[0] * q.shape[1] * q.shape[2])
         tile_m, tile_n = int(t["TILE_M"]), int(t["TILE_N"])
         if not given:
             lat_k, lat_v, occupancy, num_ctas = (int(t.get(key) or 0) for key in
@@ -544,7 +545,8 @@ def _op_args(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles) ->
         given = c.tiles or {}
         return (c.mask, is_causal, s, kernel, given.get("TILE_M", 0), given.get("TILE_N", 0),
                 0, 0, 0, 0)
-    t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles)
+    t = resolve_tiles(kernel, q.dtype, c.D, is_causal, c.Sk, q.device, c.tiles,
+                      rows=c.B * c.Hq * c.Sq)
     return (c.mask, is_causal, s, kernel, int(t["TILE_M"]), int(t["TILE_N"]),
             int(t.get("LAT_K") or 0), int(t.get("LAT_V") or 0), int(t.get("occupancy") or 0),
             int(t.get("num_ctas") or 0))

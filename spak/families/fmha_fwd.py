@@ -95,7 +95,8 @@ class FmhaForward(KernelFamily):
         from spak.api import resolve_tiles
         from spak.device.attention import torch_dtype
         return resolve_tiles(kernel, torch_dtype(problem.dtype), problem.D, problem.causal,
-                             problem.Sk, device)
+                             problem.Sk, device,
+                             rows=problem.B * problem.Hq * problem.Sq)   # as spak.fmha
 
     def workspace_bytes(self, kernel, problem) -> int:
         p = problem                                 # naive: S (float32) and P (2 bytes)

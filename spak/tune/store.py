@@ -26,6 +26,15 @@ gpu.plan.default_tiles); for any family, key fields named "..._bucket" match the
 this way and the others exactly. The GPU name must match exactly (or, without any entry
 for it, a GPU of the same arch).
 
+Small grids (optional, version 2 files stay valid): an entry may also carry "max_rows" (a
+positive int): it then serves only problems of at most that many query rows (B * Hq * Sq,
+what spak.fmha passes as ``rows``), beside the general entry of the same key, and wins
+over it at the same bucket distance. Such an entry's `entry_key` ends in ("max_rows", n),
+so `upsert` of a general entry leaves it alone, and a reader without this rule (which
+takes the first of equal candidates; files are sorted by entry_key) still finds the
+general entry first. Why: a grid of fewer blocks than one wave wants other tiles than the
+bucket's big shapes (H100, issue 17: 2x8x512x64 64x128/o2 +13% over the 32x32x512x64 pick).
+
 Numpy/torch free; reading the file is cached per (path, mtime).
 """
 from __future__ import annotations
@@ -103,7 +112,8 @@ def entry_key(e: dict) -> tuple:
     fields = key_fields(fam) or tuple(sorted(k for k in e if k not in
                                              ("family", "gpu", "kernel", "tiles",
                                               *_INFO_STR, *_INFO_NUM, "cases")))
-    return (fam, e["gpu"], e["kernel"], *(e.get(f) for f in fields))
+    small = (("max_rows", e["max_rows"]),) if e.get("max_rows") is not None else ()
+    return (fam, e["gpu"], e["kernel"], *(e.get(f) for f in fields), *small)
 
 
 # ------------------------------------------------------------------ validation
@@ -195,6 +205,8 @@ def _entry_problem(e: dict) -> Optional[str]:
     for k, v in t.items():
         if v is not None and (not _is_int(v) or v < 0):
             return f"tiles.{k} must be a non-negative int or null, got {v!r}"
+    if e.get("max_rows") is not None and not (_is_int(e["max_rows"]) and e["max_rows"] >= 1):
+        return f"max_rows must be a positive int or absent, got {e['max_rows']!r}"
     for k in _INFO_NUM:
         if e.get(k) is not None and not _is_num(e[k]):
             return f"{k} must be a number or null, got {e[k]!r}"
@@ -230,21 +242,23 @@ def load_store(path=None) -> dict:
 
 
 def lookup(gpu_name: str, kernel: str, dtype, head_dim: int, causal: bool, seq_len: int,
-           *, path=None, strict: bool = False, family: str = DEFAULT_FAMILY) -> Optional[dict]:
+           *, path=None, strict: bool = False, family: str = DEFAULT_FAMILY,
+           rows: Optional[int] = None) -> Optional[dict]:
     """The tuned tiles {"TILE_M", "TILE_N", ...} for an attention problem of ``family``
     (default: the FMHA forward), or None. Entries for ``gpu_name`` win; without any, those
-    of a GPU of the same arch are used.
+    of a GPU of the same arch are used. ``rows``: the problem's query rows (B * Hq * Sq),
+    for the small-grid entries (module doc); None: general entries only.
 
     A corrupt store warns and returns None (strict=False, what spak.fmha uses: a bad
     store must not stop attention from running) or raises TunedStoreError (strict=True).
     """
     key = {"dtype": normalize_dtype(dtype), "head_dim": int(head_dim), "causal": bool(causal),
            "seq_bucket": seq_bucket(seq_len)}
-    return lookup_key(family, gpu_name, kernel, key, path=path, strict=strict)
+    return lookup_key(family, gpu_name, kernel, key, path=path, strict=strict, rows=rows)
 
 
 def lookup_key(family: str, gpu_name: str, kernel: str, key: dict, *, path=None,
-               strict: bool = False) -> Optional[dict]:
+               strict: bool = False, rows: Optional[int] = None) -> Optional[dict]:
     """The tuned config of ``family`` filed under ``key`` (its ``store_key`` of a problem),
     or None: the entries whose key fields equal ``key``'s, fields named "..._bucket"
     aside, which take the nearest (see the module doc). Corrupt store: as `lookup`."""
@@ -258,7 +272,8 @@ def lookup_key(family: str, gpu_name: str, kernel: str, key: dict, *, path=None,
     buckets = [k for k in key if k.endswith("_bucket")]
     exact = {k: v for k, v in key.items() if k not in buckets}
     entries = [e for e in store["configs"] if entry_family(e) == family
-               and e["kernel"] == str(kernel) and all(e.get(k) == v for k, v in exact.items())]
+               and e["kernel"] == str(kernel) and all(e.get(k) == v for k, v in exact.items())
+               and _fits(e, rows)]
     mine = [e for e in entries if e["gpu"] == str(gpu_name)]
     # None tuned on this GPU: take a sibling's (same arch per spak.device.archs, e.g. an H200's
     # configs on an H100: the same SM design, and this work is compute-bound)
@@ -267,12 +282,20 @@ def lookup_key(family: str, gpu_name: str, kernel: str, key: dict, *, path=None,
     return dict(best["tiles"]) if best is not None else None
 
 
+def _fits(e: dict, rows: Optional[int]) -> bool:
+    """A general entry fits any problem; a small-grid one those of at most max_rows rows."""
+    limit = e.get("max_rows")
+    return limit is None or rows is not None and int(rows) <= limit
+
+
 def _nearest(entries, buckets: dict):
-    """The entry whose buckets are nearest (summed distance in log2); ties go to the larger."""
+    """The entry whose buckets are nearest (summed distance in log2); ties go to the larger
+    bucket, then to a small-grid entry (the tightest max_rows) over the general one."""
     best, best_rank = None, None
     for e in entries:
         dist = sum(abs(int(e[k]).bit_length() - int(b).bit_length()) for k, b in buckets.items())
-        rank = (dist, tuple(-int(e[k]) for k in buckets))
+        small = e.get("max_rows")
+        rank = (dist, tuple(-int(e[k]) for k in buckets), small is None, small or 0)
         if best_rank is None or rank < best_rank:
             best, best_rank = e, rank
     return best

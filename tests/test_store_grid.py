@@ -1,0 +1,94 @@
+"""Small-grid entries of the tuned store ("max_rows"): the lookup by query rows, what
+spak.fmha passes, and the back-compatibility of files that have them."""
+import json
+
+import pytest
+
+from spak.tune import store as tuned
+
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def _store(tmp_path, entries, version=2):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"version": version, "configs": entries}))
+    return p
+
+
+def _entries():
+    general = tuned.make_entry(GPU, "fused", "fp16", 64, False, 512,
+                               {"TILE_M": 64, "TILE_N": 64, "occupancy": 4, "num_ctas": 1})
+    small = tuned.make_entry(GPU, "fused", "fp16", 64, False, 512,
+                             {"TILE_M": 64, "TILE_N": 128, "occupancy": 2, "num_ctas": 1},
+                             max_rows=8448)
+    other = tuned.make_entry(GPU, "fused", "fp16", 64, False, 2048,
+                             {"TILE_M": 128, "TILE_N": 128, "occupancy": 4, "num_ctas": 1})
+    return general, small, other
+
+
+@pytest.mark.parametrize("rows,want", [(None, 64), (1, 128), (4096, 128), (8448, 128),
+                                       (8449, 64), (32 * 32 * 512, 64)])
+def test_lookup_by_rows(tmp_path, rows, want):
+    p = _store(tmp_path, list(_entries()))
+    t = tuned.lookup(GPU, "fused", "fp16", 64, False, 512, path=p, rows=rows, strict=True)
+    assert t["TILE_N"] == want
+
+
+def test_the_bucket_comes_before_the_grid(tmp_path):
+    """A small grid of another bucket does not take the small-grid entry of bucket 512
+    when its own bucket has a general entry; a bucket without entries takes the nearest,
+    where the small-grid entry wins the tie."""
+    p = _store(tmp_path, list(_entries()))
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 2048, path=p, rows=4096)["TILE_M"] == 128
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 256, path=p, rows=4096)["TILE_N"] == 128
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 256, path=p, rows=10 ** 6)["TILE_N"] == 64
+
+
+def test_only_a_small_grid_entry_serves_no_big_problem(tmp_path):
+    _, small, _ = _entries()
+    p = _store(tmp_path, [small])
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 512, path=p, rows=10 ** 6) is None
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 512, path=p) is None
+    assert tuned.lookup(GPU, "fused", "fp16", 64, False, 512, path=p, rows=10)["TILE_N"] == 128
+
+
+def test_keys_upsert_and_old_readers(tmp_path):
+    general, small, _ = _entries()
+    assert tuned.entry_key(small) == tuned.entry_key(general) + (("max_rows", 8448),)
+    store = {"version": 2, "configs": [general, small]}
+    newer = dict(general, tiles={"TILE_M": 128, "TILE_N": 128})
+    store = tuned.upsert(store, newer)          # replaces the general entry only
+    assert small in store["configs"] and newer in store["configs"] and len(store["configs"]) == 2
+    # a reader without the rule takes the first candidate: the sorted file has the general
+    # entry (the shorter key) first
+    from spak.tune.choose import _sort_key
+    assert sorted([small, general], key=_sort_key)[0] is general
+    # version-1 files may carry it too (it is not a family field)
+    p = _store(tmp_path, [general, small], version=1)
+    assert len(tuned.load_store(p)["configs"]) == 2
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8448"])
+def test_bad_max_rows_is_reported(tmp_path, bad):
+    general, small, _ = _entries()
+    p = _store(tmp_path, [general, dict(small, max_rows=bad)])
+    with pytest.raises(tuned.TunedStoreError, match="max_rows"):
+        tuned.load_store(p)
+    with pytest.warns(RuntimeWarning):
+        assert tuned.lookup(GPU, "fused", "fp16", 64, False, 512, path=p, rows=5) is None
+
+
+def test_resolve_tiles_passes_rows(monkeypatch, tmp_path):
+    """spak.fmha's resolve_tiles with the problem's rows (device info stubbed: no GPU)."""
+    import torch
+    from spak import api
+    p = _store(tmp_path, list(_entries()))
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(p))
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", GPU))
+    api._lookup_cache.clear()
+    small = api.resolve_tiles("fused", torch.float16, 64, False, 512, "cuda", rows=2 * 8 * 512)
+    big = api.resolve_tiles("fused", torch.float16, 64, False, 512, "cuda", rows=32 * 32 * 512)
+    none = api.resolve_tiles("fused", torch.float16, 64, False, 512, "cuda")
+    assert (small["TILE_N"], small["occupancy"]) == (128, 2)
+    assert (big["TILE_N"], big["occupancy"]) == (64, 4) and none == big
+    api._lookup_cache.clear()
