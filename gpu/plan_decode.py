@@ -131,8 +131,16 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
 
 def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
                    tile_n: int) -> int:
-    """The split kernel's KT_FORM where tiles leave it to the plan (KT_AUTO): the rows
-    form everywhere until a GPU run times the keys forms (results/decode-h100-2026-11-24c)."""
+    """The split kernel's KT_FORM where tiles leave it to the plan (KT_AUTO): keys_vt (2)
+    for one query per sequence with a large KV group (16+ query heads a kv head: 32 rows
+    a block) over a paged cache, else rows (0). H100, Hq 32, D 128, fp16, caches 8k-128k
+    (results/decode-h100-2026-11-24c): MQA 16-key pages 701-736 -> 1308-2722 GB/s (the
+    gathered K's transpose gone), MQA 256-key pages B >= 8 -0.4..+6% (B = 1 -3..+1%);
+    MQA contiguous within noise either way, GQA 4:1 16-key pages -2..+6% (left at 0);
+    Sq = 4: keys forms 0.5-0.9x of rows at every batch (64 and 128 rows)."""
+    group = num_q_heads // max(num_kv_heads, 1)
+    if seq_q == 1 and group >= 16 and page > 0:
+        return 2
     return 0
 
 

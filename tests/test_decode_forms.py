@@ -54,3 +54,14 @@ def test_bad_kt_form_names_the_key(bad):
     with pytest.raises(ValueError, match="KT_FORM"):
         plan_decode(inp["q"], inp["k_cache"], inp["v_cache"], inp["cache_seqlens"],
                     np.zeros((1, 1, 8, 64), np.float16), tiles={"KT_FORM": bad})
+
+
+def test_auto_form_rule():
+    """keys_vt for MQA-like groups (16+ heads a kv head) at Sq 1 over a paged cache (H100,
+    results/decode-h100-2026-11-24c); rows elsewhere."""
+    assert choose_kt_form(32, 1, 1, 16, 128) == 2
+    assert choose_kt_form(32, 1, 1, 256, 128) == 2
+    assert choose_kt_form(32, 2, 1, 16, 128) == 2
+    assert choose_kt_form(32, 1, 1, 0, 128) == 0           # contiguous
+    assert choose_kt_form(32, 1, 4, 16, 128) == 0           # Sq 4
+    assert choose_kt_form(32, 8, 1, 16, 128) == 0           # GQA 4:1
