@@ -16,7 +16,7 @@ for hkv in 32 8 1; do
 done
 mkdir -p "$OUT/sweep"
 cp spak/data/tuned_configs.json "$OUT/sweep/store.json"
-python3 -m spak.cli sweep --family fmha_decode --kernel splitkv --plan plans/fmha_decode.toml \
+python3 -m spak sweep --family fmha_decode --kernel splitkv --plan plans/fmha_decode.toml \
   --shapes $SHAPES --dtype fp16 --out "$OUT/sweep/sweep.jsonl" --budget-s "$BUDGET" \
   --compile-jobs 14 --update-store --store "$OUT/sweep/store.json" > "$OUT/sweep/log.txt" 2>&1
 echo "rc=$?" >> "$OUT/sweep/log.txt"
