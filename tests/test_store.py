@@ -197,13 +197,19 @@ def _toy_family(monkeypatch):
     return mod.FAMILY
 
 
-def test_version_1_files_read_as_version_2_and_the_forward_keeps_their_key():
+def test_version_1_files_read_as_version_2_and_the_forward_keeps_their_key(tmp_path):
     from spak.families.fmha_fwd import FAMILY
     assert tuned.V1_FIELDS == FAMILY.store_fields         # what a version-1 entry is filed under
-    raw = json.loads(tuned.DEFAULT_PATH.read_text())
-    assert raw["version"] == 1 and all("family" not in e for e in raw["configs"])
-    doc = tuned.load_store(tuned.DEFAULT_PATH)
-    assert doc["version"] == 2 and doc["configs"] == raw["configs"]
+    # a version-1 file: the committed store's forward entries as SPAK wrote them before
+    # families (the committed file itself may be either version)
+    committed = tuned.load_store(tuned.DEFAULT_PATH)["configs"]
+    v1 = [{k: v for k, v in e.items() if k != "family"} for e in committed
+          if e.get("family", tuned.DEFAULT_FAMILY) == tuned.DEFAULT_FAMILY]
+    assert v1
+    p = tmp_path / "v1.json"
+    p.write_text(json.dumps({"version": 1, "configs": v1}))
+    doc = tuned.load_store(p)
+    assert doc["version"] == 2 and doc["configs"] == v1
     assert tuned.FORMAT_VERSION == 2 and tuned.READ_VERSIONS == (1, 2)
 
 
