@@ -65,3 +65,41 @@ def test_auto_form_rule():
     assert choose_kt_form(32, 1, 1, 0, 128) == 0           # contiguous
     assert choose_kt_form(32, 1, 4, 16, 128) == 0           # Sq 4
     assert choose_kt_form(32, 8, 1, 16, 128) == 0           # GQA 4:1
+
+
+@pytest.fixture
+def sim_launch(monkeypatch):
+    """cuTile's launch (through spak.gpu.launch) runs in the CPU simulator on the tensors'
+    memory (as in tests/test_decode.py)."""
+    import types
+    import torch
+    from spak import sim
+    import spak.gpu.launch as gl
+
+    def launch(stream, grid, kernel, args):
+        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
+                                  else a for a in args])
+    monkeypatch.setattr(gl, "ct", types.SimpleNamespace(launch=launch))
+    monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
+
+
+@pytest.mark.parametrize("kernel,config", [
+    ("splitkv", {"TILE_N": 64, "MAX_ROWS": 32, "num_splits": 0, "KT_FORM": 2}),
+    ("splitkv_keys", {"TILE_N": 64, "MAX_ROWS": 32, "num_splits": 3})])
+def test_sweep_pieces_check_a_keys_form_config(sim_launch, kernel, config):
+    """What the sweep worker does with a config of the [sweep.sm_90] space (KT_FORM a
+    knob, or pinned by the kernel name): the family's call, checked against its peer
+    reference (float64; None made the H100 sweep fail every job)."""
+    import torch
+    from spak.device.checks import rel_l2 as t_rel_l2
+    from spak.tune.worker import check_threshold
+    p = FAMILY.parse("2x32:1x150x64/page16/lens=150:33/fp16")
+    x = FAMILY.gpu_inputs(p, 0, 0, "cpu")
+    ref = FAMILY.peer_reference(p, x)
+    assert ref is not None and ref["out"].dtype == torch.float64
+    call = FAMILY.gpu_call(kernel, p, x, config)
+    assert call.launches[0].args[-1] in (1, 2)                 # a keys form was planned
+    call()
+    err = t_rel_l2(call.outputs["out"].float(), ref["out"])
+    assert err <= check_threshold(FAMILY, p)
+    assert t_rel_l2(call.outputs["out"].float() * 1.01, ref["out"]) > FAMILY.gate(p)

@@ -411,6 +411,14 @@ class FmhaDecode(KernelFamily):
         from spak.device.decode_gpu import decode_reference
         return decode_reference(problem, inputs)
 
+    def peer_reference(self, problem, inputs) -> dict:
+        """The float64 reference on the inputs' device: what `spak sweep` checks every
+        config against (SDPA has no paged or causal-with-Sq>1 form of this function,
+        decode_peers). Without it the sweep worker had no reference and failed every
+        job (H100, results/decode-h100-2026-11-24c, sweep)."""
+        from spak.device.decode_gpu import decode_reference
+        return decode_reference(problem, inputs)
+
     def gpu_config(self, kernel, problem, device, tiles=None) -> dict:
         if tiles is not None:                     # --tiles MxN: MAX_ROWS x TILE_N
             return _tiles(tiles)
