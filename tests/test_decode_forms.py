@@ -103,3 +103,35 @@ def test_sweep_pieces_check_a_keys_form_config(sim_launch, kernel, config):
     err = t_rel_l2(call.outputs["out"].float(), ref["out"])
     assert err <= check_threshold(FAMILY, p)
     assert t_rel_l2(call.outputs["out"].float() * 1.01, ref["out"]) > FAMILY.gate(p)
+
+
+def test_sweep_worker_runs_a_decode_job_on_shared_workspaces(sim_launch, monkeypatch):
+    """The sweep worker itself (spak.tune.worker.GpuRunner) on a decode job: its input sets
+    share one allocator (spak.device.calls.shared_alloc), which hands the same tensor to
+    two requests of one shape unless the plan's requests go through `distinct`: the split
+    kernel's running max and sum aliased, and every config of the H100's first decode sweep
+    was a wrong result (results/decode-h100-2026-11-24c). A peer that does not compute the
+    problem (SDPA on a paged cache) is 'unsupported', not a KeyError."""
+    import types
+    import torch
+    import spak.gpu.launch as gl
+    from tests.helpers_gpu_loop import stub_cuda_timing
+    from spak.tune import worker as swk
+    stub_cuda_timing(monkeypatch, torch, current_stream=lambda *a: "stream",
+                     get_device_capability=lambda *a: (9, 0),
+                     get_device_name=lambda *a: "Sim GPU",
+                     get_device_properties=lambda *a: types.SimpleNamespace(
+                         L2_cache_size=1 << 10, multi_processor_count=132))
+    r = swk.GpuRunner({"device": "cpu", "warmup": 1, "batches": 2, "batch_ms": 1.0,
+                       "max_sets": 2})
+    r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args:
+                                 gl.ct.launch(stream, grid, kernel, args))
+    case = "2x4:1x150x64/page16/lens=150:33/splits=3/fp16"
+    job = {"family": "fmha_decode", "kernel": "splitkv", "case": case,
+           "provider": "spak-splitkv", "config_id": "x", "flops": 1.0,
+           "config": {"TILE_N": 64, "MAX_ROWS": 32, "num_splits": 3}}
+    res = r.run(job)
+    assert res["status"] == "ok", res.get("error")
+    assert res["rel_l2_vs_sdpa"] < 2e-3 and res["ms_median"] > 0
+    peer = r.run({**job, "provider": "sdpa-cudnn", "config": None})
+    assert peer["status"] == "unsupported" and "sdpa-cudnn" in peer["error"]

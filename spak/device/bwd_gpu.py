@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import zlib
 
-from spak.device.calls import GpuCall, SimSlice
+from spak.device.calls import GpuCall, SimSlice, distinct
 
 __all__ = ["bwd_gpu_inputs", "bwd_input_sets", "forward_config", "forward_launches",
            "bwd_reference", "distinct", "hinted", "bwd_call", "bwd_config", "bwd_compile_unit", "bwd_compile_call",
@@ -213,19 +213,6 @@ def hinted(launches, hints) -> list:
     return [apply_hints([L], hints)[0] if L.name in HINTED_LAUNCHES else L for L in launches]
 
 
-def distinct(alloc):
-    """``alloc`` for one plan that asks for several workspaces of one shape and kind (the
-    backward's delta and lse2, float32 [B, Hq, Sq] both), which must not be one tensor: the
-    n-th request of a (shape, kind) asks ``alloc`` for shape + (1,) * n, viewed as shape. A
-    shared allocator (spak.device.calls.shared_alloc, one workspace per shape and kind)
-    then still hands every plan the same workspaces, and never one twice to a plan."""
-    seen: dict = {}
-
-    def alloc_one(shape, kind):
-        shape = tuple(int(n) for n in shape)
-        n = seen[(shape, kind)] = seen.get((shape, kind), -1) + 1
-        return alloc(shape + (1,) * n, kind).reshape(shape)
-    return alloc_one
 
 
 def bwd_call(problem, inputs, config, *, alloc=None) -> GpuCall:

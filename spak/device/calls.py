@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 from typing import Any, Callable, ContextManager, Mapping, Optional
 
-__all__ = ["GpuCall", "PeerCall", "SimSlice", "shared_alloc", "first_tensor"]
+__all__ = ["GpuCall", "PeerCall", "SimSlice", "shared_alloc", "distinct", "first_tensor"]
 
 
 @dataclasses.dataclass
@@ -115,3 +115,19 @@ def shared_alloc(like):
             cache[key] = torch.empty(key[0], dtype=dt, device=like.device)
         return cache[key]
     return alloc
+
+
+def distinct(alloc):
+    """``alloc`` for one plan that asks for several workspaces of one shape and kind (the
+    backward's delta and lse2, float32 [B, Hq, Sq] both; the decode split kernel's running
+    max and sum, float32 [B, Sq, Hq, splits] both), which must not be one tensor: the
+    n-th request of a (shape, kind) asks ``alloc`` for shape + (1,) * n, viewed as shape. A
+    shared allocator (spak.device.calls.shared_alloc, one workspace per shape and kind)
+    then still hands every plan the same workspaces, and never one twice to a plan."""
+    seen: dict = {}
+
+    def alloc_one(shape, kind):
+        shape = tuple(int(n) for n in shape)
+        n = seen[(shape, kind)] = seen.get((shape, kind), -1) + 1
+        return alloc(shape + (1,) * n, kind).reshape(shape)
+    return alloc_one

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import zlib
 
-from spak.device.calls import GpuCall, PeerCall, SimSlice
+from spak.device.calls import GpuCall, PeerCall, SimSlice, distinct
 
 __all__ = ["decode_gpu_inputs", "decode_reference", "decode_call", "decode_sim_slice",
            "decode_peers", "split_count"]
@@ -89,7 +89,10 @@ def _split_config(config):
 
 
 def decode_call(p, inputs, config, *, alloc=None) -> GpuCall:
-    """The planned split-KV (and combine) launches into a NaN-filled output."""
+    """The planned split-KV (and combine) launches into a NaN-filled output. ``alloc`` may
+    be shared with calls run one after another (spak.device.calls.shared_alloc): the
+    running max and sum workspaces have one shape and must stay two tensors (`distinct`;
+    without it the sweep's every config was wrong on an H100, results/decode-h100-2026-11-24c)."""
     import torch
     import spak.gpu.launch as gl
     from spak.gpu.plan_decode import plan_decode
@@ -103,7 +106,7 @@ def decode_call(p, inputs, config, *, alloc=None) -> GpuCall:
     launches = plan_decode(q, inputs["k_cache"], inputs["v_cache"], inputs["cache_seqlens"],
                            out, block_table=inputs["block_table"], causal=p.causal,
                            num_splits=splits or p.splits, tiles=tiles, num_sms=sms,
-                           alloc=alloc or gl.torch_alloc(q))
+                           alloc=distinct(alloc or gl.torch_alloc(q)))
     return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
 
 

@@ -233,7 +233,10 @@ class GpuRunner:
         from spak.device.failures import classify
         torch = self.torch
         sets = data["sets"]
-        peer = fam.peer_calls(spec, sets[0], names=[job["provider"]])[job["provider"]]
+        peer = fam.peer_calls(spec, sets[0], names=[job["provider"]]).get(job["provider"])
+        if peer is None:        # e.g. SDPA on a paged cache: no peer computes this function
+            return {"status": "unsupported",
+                    "error": f"{job['provider']} does not compute {spec.display}"}
         with peer.context():
             t0 = time.perf_counter()
             try:
