@@ -133,8 +133,11 @@ def test_dry_run_and_empty_results(tmp_path):
 def test_shipped_store_is_valid():
     doc = tuned.load_store(tuned.DEFAULT_PATH)
     assert doc["version"] == tuned.FORMAT_VERSION
-    for e in doc["configs"]:
-        assert tuned.seq_bucket(e["seq_bucket"]) == e["seq_bucket"]
+    for e in doc["configs"]:                  # every "..._bucket" key field is a bucket
+        for f in tuned.key_fields(tuned.entry_family(e)) or ():
+            if f == "seq_bucket":
+                assert tuned.seq_bucket(e[f]) == e[f]
+            assert e.get(f) is not None, (f, e)
 
 
 def test_store_cli(tmp_path):
@@ -256,3 +259,14 @@ def test_families_are_filed_apart(tmp_path, monkeypatch):
     assert len(doc["configs"]) == 2 and doc["configs"][1]["tiles"]["DKV_TILE_N"] == 128
     assert "toy_bwd" not in store.format_store(doc) and "DKV64x128" in \
         store.format_store(doc, "toy_bwd")
+
+
+def test_min_gain_keeps_the_default_on_a_near_tie_and_negative_knobs_are_absent():
+    rows = [row(2048, "64x128/o2", 102, tn=128, occ=2), row(2048, "x", 100, default=True)]
+    assert store.choose(rows)[0]["tiles"]["TILE_N"] == 128              # any margin wins
+    e = store.choose(rows, min_gain=0.03)[0]
+    assert e["config_id"].startswith("default") and e["tiles"]["TILE_N"] == 64
+    assert store.choose(rows, min_gain=0.01)[0]["tiles"]["TILE_N"] == 128
+    auto = row(2048, "x", 100, default=True)
+    auto["config"]["KT_FORM"] = -1            # a planner's "choose for me" knob
+    assert "KT_FORM" not in store.choose([auto])[0]["tiles"]

@@ -20,7 +20,7 @@ def _update(args) -> int:
         return 2
     for line in choose.update_store(args.results, args.store, tiles_only=args.tiles_only,
                                     gpu=args.gpu, kernel=args.kernel, dry_run=args.dry_run,
-                                    family=args.family):
+                                    family=args.family, min_gain=args.min_gain):
         print(line)
     return 0
 
@@ -71,6 +71,9 @@ def register(subparsers) -> None:
                    help="only configs without occupancy/num_ctas hints compete")
     u.add_argument("--gpu", default=None, help="only this GPU's rows")
     u.add_argument("--kernel", default=None, help="only this kernel's rows")
+    u.add_argument("--min-gain", type=float, default=0.0, metavar="F",
+                   help="another config must beat the default tiles by this fraction (e.g. "
+                        "0.03) to be filed; else the default is (default 0: any margin)")
     u.add_argument("--dry-run", action="store_true", help="print, do not write")
     sub.add_parser("show", help="print the store as a table")
     lk = sub.add_parser("lookup", help="what spak.fmha would get for a problem")

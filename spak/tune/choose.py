@@ -103,17 +103,25 @@ def _groups(rows, fam, tiles_only, gpu, kernel) -> dict:
     return groups
 
 
-def _entry(fam, key, by_cfg: dict) -> dict:
+def _entry(fam, key, by_cfg: dict, min_gain: float = 0.0) -> dict:
     """The store entry of one group: the config with the best geomean TFLOPS over the
-    group's shapes among those measured on the most shapes (the default config too)."""
+    group's shapes among those measured on the most shapes (the default config too). With
+    ``min_gain`` > 0 another config must beat the default by that fraction, else the
+    default is filed (a one-pass sweep's near-ties are noise, not a reason to leave the
+    planner's rule)."""
     most = max(len(m) for m in by_cfg.values())
     scored = [(geomean(r["tflops"] for r in m.values()), cid, m)
               for cid, m in by_cfg.items() if len(m) == most]
     scored.sort(key=lambda t: (-t[0], t[1] != "default", t[1]))
+    dflt_row = next((t for t in scored if t[1] == "default"), None)
+    if min_gain > 0 and dflt_row is not None and scored[0][0] < dflt_row[0] * (1 + min_gain):
+        scored.insert(0, dflt_row)
     score, cid, m = scored[0]
     dflt = by_cfg.get("default")
     any_row = max(m.values(), key=lambda r: r.get("date") or "")
-    tiles = {k: int(v) for k, v in any_row["config"].items() if v is not None}
+    # a negative knob is the planner's "choose for me" (e.g. the decode default's KT_FORM
+    # -1): the same as leaving the key out, which is how the store files it
+    tiles = {k: int(v) for k, v in any_row["config"].items() if v is not None and int(v) >= 0}
     gpu_name, kern, fields = key
     dflt_score = geomean(dflt[c]["tflops"] for c in m if c in dflt) \
         if dflt and all(c in dflt for c in m) else None
@@ -133,15 +141,16 @@ def _entry(fam, key, by_cfg: dict) -> dict:
 
 
 def choose(rows: Iterable[dict], *, tiles_only: bool = False, gpu: Optional[str] = None,
-           kernel: Optional[str] = None, family: str = families.DEFAULT) -> list[dict]:
+           kernel: Optional[str] = None, family: str = families.DEFAULT,
+           min_gain: float = 0.0) -> list[dict]:
     """Store entries (spak.tune.store format) chosen from result rows (see the module doc).
 
     ``tiles_only``: only configs without occupancy/num_ctas hints compete (for a spak.fmha
-    that applies the tiles dict alone). Rows carry "_source" (their file) when read by
-    update_store. Rows without "family" are the FMHA forward's.
+    that applies the tiles dict alone). ``min_gain``: see _entry. Rows carry "_source"
+    (their file) when read by update_store. Rows without "family" are the FMHA forward's.
     """
     fam = families.get(family)
-    entries = [_entry(fam, key, by_cfg)
+    entries = [_entry(fam, key, by_cfg, min_gain)
                for key, by_cfg in _groups(rows, fam, tiles_only, gpu, kernel).items()]
     entries.sort(key=_sort_key)
     return entries
@@ -171,7 +180,8 @@ def _change_line(e: dict, prev: Optional[dict]) -> str:
 
 def update_store(results: Iterable, path=None, *, tiles_only: bool = False,
                  gpu: Optional[str] = None, kernel: Optional[str] = None,
-                 dry_run: bool = False, family: str = families.DEFAULT) -> list[str]:
+                 dry_run: bool = False, family: str = families.DEFAULT,
+                 min_gain: float = 0.0) -> list[str]:
     """Merge the winners of the results files into the store (atomic write); returns one
     line per entry saying what changed."""
     rows = []
@@ -179,7 +189,8 @@ def update_store(results: Iterable, path=None, *, tiles_only: bool = False,
         for r in read_results(f):
             r["_source"] = repo_path(f)
             rows.append(r)
-    entries = choose(rows, tiles_only=tiles_only, gpu=gpu, kernel=kernel, family=family)
+    entries = choose(rows, tiles_only=tiles_only, gpu=gpu, kernel=kernel, family=family,
+                     min_gain=min_gain)
     store = tuned.load_store(path) if Path(tuned.store_path(path)).exists() else \
         {"version": tuned.FORMAT_VERSION, "configs": []}
     store = {**store, "configs": list(store.get("configs", []))}
