@@ -13,7 +13,8 @@ import zlib
 from spak.device.calls import GpuCall, PeerCall, SimSlice, distinct
 
 __all__ = ["decode_gpu_inputs", "decode_reference", "decode_call", "decode_sim_slice",
-           "decode_peers", "split_count"]
+           "decode_peers", "split_count", "varlen_gpu_inputs", "varlen_reference",
+           "varlen_call", "varlen_sim_slice"]
 
 
 def _dtype(p):
@@ -192,3 +193,57 @@ def decode_peers(p, names=None) -> dict:
             enable_gqa=p.Hq != p.Hkv).transpose(1, 2)
     return {n: PeerCall(run=run, context=lambda be=backends[n]: sdpa_kernel(be))
             for n in wanted}
+
+
+# ------------------------------------------------------------------ varlen prefill
+
+def varlen_gpu_inputs(p, seed: int = 0, set_index: int = 0, device="cuda") -> dict:
+    """The family's packed varlen inputs (spak.families.fmha_decode.make_inputs: q, k, v
+    [total, heads, D], cu_seqlens_q/k int32 [B+1]) on ``device``."""
+    import torch
+    from spak.families.fmha_decode import make_inputs
+    x = make_inputs(p, seed * 1000 + set_index)
+    dt = _dtype(p)
+    out = {n: torch.from_numpy(x[n]).to(device=device, dtype=dt) for n in ("q", "k", "v")}
+    for n in ("cu_seqlens_q", "cu_seqlens_k"):
+        out[n] = torch.from_numpy(x[n]).to(device)
+    return out
+
+
+def varlen_reference(p, inputs) -> dict:
+    """float64 on the CPU (spak.attention.kvcache_ref), returned on the inputs' device."""
+    import torch
+    from spak.families.fmha_decode import decode_attention_f64
+    x = {n: t.cpu().float().numpy() if t.is_floating_point() else t.cpu().numpy()
+         for n, t in inputs.items()}
+    ref = decode_attention_f64(x, p.causal)
+    return {"out": torch.from_numpy(ref).to(inputs["q"].device)}
+
+
+def varlen_call(p, inputs, config) -> GpuCall:
+    """spak.fmha_varlen's launch (gpu.plan_decode.plan_varlen, its default tiles: the
+    decode tiles of ``config`` do not apply to the prefill kernel) into a NaN-filled
+    output; no key in the whole batch: every row 0, as the simulator's run."""
+    import torch
+    from spak.gpu.plan_decode import plan_varlen
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype,
+                     device=q.device)
+    cq, ck = (int(x) for x in (max(p.qlens, default=0), max(p.seq_lens, default=0)))
+    launches = plan_varlen(q, k, v, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"], out,
+                           max_seqlen_q=cq, max_seqlen_k=ck, causal=p.causal)
+    if not launches or k.shape[0] == 0:
+        out.zero_()
+    return GpuCall({"out": out}, launches, {}, {})
+
+
+def varlen_sim_slice(p, inputs, out) -> SimSlice:
+    """The whole problem (varlen cases are small): the simulator runs the same kernel with
+    the same default tiles, so the bits must agree."""
+    x = {n: t.cpu().float().numpy() if t.is_floating_point() else t.cpu().numpy()
+         for n, t in inputs.items()}
+    if p.dtype == "fp16":
+        x = {n: a.astype("float16") if n in ("q", "k", "v") else a for n, a in x.items()}
+    gpu = out.cpu().float().numpy() if p.dtype != "fp16" else out.cpu().numpy()
+    return SimSlice(problem=p, inputs=x, gpu={"out": gpu}, tiles=None, text="full problem",
+                    full=True, dump_arrays={**x, "gpu": gpu}, dump_meta={"case": p.case_id})

@@ -399,25 +399,24 @@ class FmhaDecode(KernelFamily):
                 "paged": bool(p.page)}
 
     # the GPU loop (spak/device/decode_gpu.py)
+    # varlen problems (qlens=) run spak.fmha_varlen's kernel under every kernel name of
+    # the family (it has one form): packed inputs, the CPU float64 reference, the whole
+    # problem simulated
     def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
-        if problem.varlen:
-            raise ValueError(f"{problem.display}: varlen problems (qlens=) run on the "
-                             f"simulator only here; ci/decode_bench.py --varlen checks and "
-                             f"times spak.fmha_varlen on a GPU")
-        from spak.device.decode_gpu import decode_gpu_inputs
-        return decode_gpu_inputs(problem, seed, set_index, device)
+        from spak.device import decode_gpu as g
+        fn = g.varlen_gpu_inputs if problem.varlen else g.decode_gpu_inputs
+        return fn(problem, seed, set_index, device)
 
     def gpu_reference(self, problem, inputs) -> dict:
-        from spak.device.decode_gpu import decode_reference
-        return decode_reference(problem, inputs)
+        from spak.device import decode_gpu as g
+        return (g.varlen_reference if problem.varlen else g.decode_reference)(problem, inputs)
 
     def peer_reference(self, problem, inputs) -> dict:
         """The float64 reference on the inputs' device: what `spak sweep` checks every
         config against (SDPA has no paged or causal-with-Sq>1 form of this function,
         decode_peers). Without it the sweep worker had no reference and failed every
         job (H100, results/decode-h100-2026-11-24c, sweep)."""
-        from spak.device.decode_gpu import decode_reference
-        return decode_reference(problem, inputs)
+        return self.gpu_reference(problem, inputs)
 
     def gpu_config(self, kernel, problem, device, tiles=None) -> dict:
         if tiles is not None:                     # --tiles MxN: MAX_ROWS x TILE_N
@@ -430,7 +429,9 @@ class FmhaDecode(KernelFamily):
         return MAX_SPLITS * p.B * p.Sq * p.Hq * (p.D + 2) * 4
 
     def gpu_call(self, kernel, problem, inputs, config, *, alloc=None):
-        from spak.device.decode_gpu import decode_call
+        from spak.device.decode_gpu import decode_call, varlen_call
+        if problem.varlen:
+            return varlen_call(problem, inputs, config)
         return decode_call(problem, inputs, _form_tiles(kernel, dict(config)), alloc=alloc)
 
     def peer_calls(self, problem, inputs, names=None) -> dict:
@@ -438,7 +439,9 @@ class FmhaDecode(KernelFamily):
         return decode_peers(problem, names)
 
     def sim_slice(self, kernel, problem, inputs, outputs, config, *, heads=1, work=1 << 29):
-        from spak.device.decode_gpu import decode_sim_slice, split_count
+        from spak.device.decode_gpu import decode_sim_slice, split_count, varlen_sim_slice
+        if problem.varlen:
+            return varlen_sim_slice(problem, inputs, outputs["out"])
         return decode_sim_slice(problem, inputs, outputs["out"], config,
                                 splits=split_count(problem, inputs, config), work=work)
 
