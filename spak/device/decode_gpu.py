@@ -13,7 +13,7 @@ import zlib
 from spak.device.calls import GpuCall, PeerCall, SimSlice, distinct
 
 __all__ = ["decode_gpu_inputs", "decode_reference", "decode_call", "decode_sim_slice",
-           "decode_peers", "split_count", "varlen_gpu_inputs", "varlen_reference",
+           "decode_peers", "split_count", "varlen_gpu_inputs", "host_arrays",
            "varlen_call", "varlen_sim_slice"]
 
 
@@ -197,27 +197,21 @@ def decode_peers(p, names=None) -> dict:
 
 # ------------------------------------------------------------------ varlen prefill
 
-def varlen_gpu_inputs(p, seed: int = 0, set_index: int = 0, device="cuda") -> dict:
-    """The family's packed varlen inputs (spak.families.fmha_decode.make_inputs: q, k, v
-    [total, heads, D], cu_seqlens_q/k int32 [B+1]) on ``device``."""
+def varlen_gpu_inputs(p, host: dict, device="cuda") -> dict:
+    """The family's packed varlen inputs ``host`` (numpy: q, k, v [total, heads, D],
+    cu_seqlens_q/k int32 [B+1]) on ``device``."""
     import torch
-    from spak.families.fmha_decode import make_inputs
-    x = make_inputs(p, seed * 1000 + set_index)
     dt = _dtype(p)
-    out = {n: torch.from_numpy(x[n]).to(device=device, dtype=dt) for n in ("q", "k", "v")}
+    out = {n: torch.from_numpy(host[n]).to(device=device, dtype=dt) for n in ("q", "k", "v")}
     for n in ("cu_seqlens_q", "cu_seqlens_k"):
-        out[n] = torch.from_numpy(x[n]).to(device)
+        out[n] = torch.from_numpy(host[n]).to(device)
     return out
 
 
-def varlen_reference(p, inputs) -> dict:
-    """float64 on the CPU (spak.attention.kvcache_ref), returned on the inputs' device."""
-    import torch
-    from spak.families.fmha_decode import decode_attention_f64
-    x = {n: t.cpu().float().numpy() if t.is_floating_point() else t.cpu().numpy()
-         for n, t in inputs.items()}
-    ref = decode_attention_f64(x, p.causal)
-    return {"out": torch.from_numpy(ref).to(inputs["q"].device)}
+def host_arrays(inputs: dict) -> dict:
+    """numpy copies of device inputs (floating point as float32: bf16 values exactly)."""
+    return {n: t.cpu().float().numpy() if t.is_floating_point() else t.cpu().numpy()
+            for n, t in inputs.items()}
 
 
 def varlen_call(p, inputs, config) -> GpuCall:
@@ -240,8 +234,7 @@ def varlen_call(p, inputs, config) -> GpuCall:
 def varlen_sim_slice(p, inputs, out) -> SimSlice:
     """The whole problem (varlen cases are small): the simulator runs the same kernel with
     the same default tiles, so the bits must agree."""
-    x = {n: t.cpu().float().numpy() if t.is_floating_point() else t.cpu().numpy()
-         for n, t in inputs.items()}
+    x = host_arrays(inputs)
     if p.dtype == "fp16":
         x = {n: a.astype("float16") if n in ("q", "k", "v") else a for n, a in x.items()}
     gpu = out.cpu().float().numpy() if p.dtype != "fp16" else out.cpu().numpy()

@@ -404,12 +404,18 @@ class FmhaDecode(KernelFamily):
     # problem simulated
     def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
         from spak.device import decode_gpu as g
-        fn = g.varlen_gpu_inputs if problem.varlen else g.decode_gpu_inputs
-        return fn(problem, seed, set_index, device)
+        if problem.varlen:
+            return g.varlen_gpu_inputs(problem, make_inputs(problem, seed * 1000 + set_index),
+                                       device)
+        return g.decode_gpu_inputs(problem, seed, set_index, device)
 
     def gpu_reference(self, problem, inputs) -> dict:
         from spak.device import decode_gpu as g
-        return (g.varlen_reference if problem.varlen else g.decode_reference)(problem, inputs)
+        if problem.varlen:              # float64 on the CPU, returned on the inputs' device
+            import torch
+            ref = decode_attention_f64(g.host_arrays(inputs), problem.causal)
+            return {"out": torch.from_numpy(ref).to(inputs["q"].device)}
+        return g.decode_reference(problem, inputs)
 
     def peer_reference(self, problem, inputs) -> dict:
         """The float64 reference on the inputs' device: what `spak sweep` checks every
