@@ -57,7 +57,7 @@ def forward_config(problem, device) -> dict:
     from spak.api import resolve_tiles
     from spak.device.attention import torch_dtype
     return resolve_tiles("fused", torch_dtype(problem.dtype), problem.D, problem.causal,
-                         problem.Sk, device)
+                         problem.Sk, device, rows=problem.B * problem.Hq * problem.Sq)
 
 
 def forward_launches(problem, q, k, v, kmask, out, lse, config, alloc=None) -> list:
