@@ -301,11 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=200.0,
                     help="start no group after this many seconds")
     ap.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="for --list: whose store")
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), help="only the cells of this dtype")
     ap.add_argument("--head-dim", type=int, help="only the cells of this head dim")
     ap.add_argument("--max-bucket", type=int, help="only the cells of buckets <= this")
     ap.add_argument("--no-side", action="store_true", help="skip the side shapes")
     args = ap.parse_args(argv)
-    gs = [g for g in groups() if (args.head_dim is None or g["cell"][1] == args.head_dim)
+    gs = [g for g in groups() if (args.dtype is None or g["cell"][0] == args.dtype)
+          and (args.head_dim is None or g["cell"][1] == args.head_dim)
           and (args.max_bucket is None or g["cell"][3] <= args.max_bucket)
           and (g["store"] or not args.no_side)]
     if args.list:
