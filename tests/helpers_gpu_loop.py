@@ -1,7 +1,8 @@
 """What the GPU-loop tests on the CPU share (tests/test_gpu_loop_cpu.py,
-tests/test_bwd_loop_cpu.py, tests/test_sweep.py): torch.cuda's timing calls on the host
-clock, the `spak run` arguments and environment of a simulated GPU, and `spak run`'s
-environment probes replaced so the command runs on the CPU."""
+tests/test_bwd_loop_cpu.py, tests/test_sweep.py, tests/test_decode_forms.py): torch.cuda's
+timing calls on the host clock, the sweep worker's GpuRunner on the CPU, the `spak run`
+arguments and environment of a simulated GPU, and `spak run`'s environment probes replaced
+so the command runs on the CPU."""
 from __future__ import annotations
 
 import time
@@ -33,6 +34,20 @@ def stub_cuda_timing(monkeypatch, torch, sleep=lambda n: None, **more) -> None:
              "empty_cache": lambda: None, **more}
     for name, val in stubs.items():
         monkeypatch.setattr(torch.cuda, name, val, raising=False)
+
+
+def cpu_sweep_runner(monkeypatch, torch, l2_bytes: int = 1 << 20):
+    """The sweep worker's GpuRunner on the CPU device, torch.cuda's timing and device
+    queries stubbed (a simulated sm_90 with 132 SMs and an ``l2_bytes`` L2), 2 input sets
+    at most; the caller replaces its ``ct`` launch."""
+    from spak.tune import worker as swk
+    stub_cuda_timing(monkeypatch, torch, current_stream=lambda *a: "stream",
+                     get_device_capability=lambda *a: (9, 0),
+                     get_device_name=lambda *a: "Sim GPU",
+                     get_device_properties=lambda *a: types.SimpleNamespace(
+                         L2_cache_size=l2_bytes, multi_processor_count=132))
+    return swk.GpuRunner({"device": "cpu", "warmup": 1, "batches": 2, "batch_ms": 1.0,
+                          "max_sets": 2})
 
 
 def run_args(**kw) -> types.SimpleNamespace:

@@ -353,15 +353,8 @@ def test_compile_call_builds_the_forward_and_the_backward(sim_launch):
 
 
 def test_sweep_gpu_runner_checks_and_times_a_backward_config(sim_launch, monkeypatch):
-    from spak.tune import worker as swk
-    for name, val in {"current_stream": lambda *a: "stream",
-                      "get_device_capability": lambda *a: (9, 0),
-                      "get_device_name": lambda *a: "Sim GPU",
-                      "get_device_properties": lambda *a: types.SimpleNamespace(
-                          L2_cache_size=1 << 20, multi_processor_count=132)}.items():
-        monkeypatch.setattr(torch.cuda, name, val, raising=False)
-    r = swk.GpuRunner({"device": "cpu", "warmup": 1, "batches": 2, "batch_ms": 1.0,
-                       "max_sets": 2})
+    from tests.helpers_gpu_loop import cpu_sweep_runner
+    r = cpu_sweep_runner(monkeypatch, torch)
     import spak.gpu.launch as gl
     r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args:
                                  gl.ct.launch(stream, grid, kernel, args))

@@ -115,15 +115,8 @@ def test_sweep_worker_runs_a_decode_job_on_shared_workspaces(sim_launch, monkeyp
     import types
     import torch
     import spak.gpu.launch as gl
-    from tests.helpers_gpu_loop import stub_cuda_timing
-    from spak.tune import worker as swk
-    stub_cuda_timing(monkeypatch, torch, current_stream=lambda *a: "stream",
-                     get_device_capability=lambda *a: (9, 0),
-                     get_device_name=lambda *a: "Sim GPU",
-                     get_device_properties=lambda *a: types.SimpleNamespace(
-                         L2_cache_size=1 << 10, multi_processor_count=132))
-    r = swk.GpuRunner({"device": "cpu", "warmup": 1, "batches": 2, "batch_ms": 1.0,
-                       "max_sets": 2})
+    from tests.helpers_gpu_loop import cpu_sweep_runner
+    r = cpu_sweep_runner(monkeypatch, torch, l2_bytes=1 << 10)
     r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args:
                                  gl.ct.launch(stream, grid, kernel, args))
     case = "2x4:1x150x64/page16/lens=150:33/splits=3/fp16"

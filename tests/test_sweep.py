@@ -340,18 +340,9 @@ def cpu_gpu_runner(monkeypatch):
     calls stubbed, and cuTile's launch replaced by the CPU simulator running the same
     kernel (so the runner's planning, hints, check, timing and error paths all execute)."""
     torch = pytest.importorskip("torch")
-    import types
     from spak import sim
-    from spak.tune import worker as swk
-
-    from tests.helpers_gpu_loop import stub_cuda_timing
-    stub_cuda_timing(monkeypatch, torch, current_stream=lambda *a: "stream",
-                     get_device_capability=lambda *a: (9, 0),
-                     get_device_name=lambda *a: "Sim GPU",
-                     get_device_properties=lambda *a: types.SimpleNamespace(
-                         L2_cache_size=1 << 20, multi_processor_count=132))
-    r = swk.GpuRunner({"device": "cpu", "warmup": 1, "batches": 2, "batch_ms": 1.0,
-                       "max_sets": 2})
+    from tests.helpers_gpu_loop import cpu_sweep_runner
+    r = cpu_sweep_runner(monkeypatch, torch)
     launched = []
 
     class CT:
