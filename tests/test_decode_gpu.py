@@ -8,7 +8,9 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 CASES = ["2x32:8x1000x128/lens=1000:517", "2x8:1x4:77x64/causal/page16/lens=77:5/splits=3",
-         "3x4x50x128/page64/lens=1:50:0/splits=2", "1x32:4x600x128/page64/splits=5"]
+         "3x4x50x128/page64/lens=1:50:0/splits=2", "1x32:4x600x128/page64/splits=5",
+         # one kv head, Sq 1, 16-key pages: the plan's KT_AUTO takes the keys_vt form
+         "2x32:1x300x128/page16/lens=300:77/splits=3"]
 
 
 def _run(case, dtype):
