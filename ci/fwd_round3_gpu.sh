@@ -4,6 +4,7 @@
 # SDPA cuDNN/flash) on the 24 standard + seed shapes, fp16 and bf16, under one 600 s limit.
 #   source .carry18/setup.sh && export SPAK_COMMIT=... && bash ci/fwd_round3_gpu.sh resweep
 #   ... && bash ci/fwd_round3_gpu.sh bench-only
+# BENCH_ARGS: extra ci/fwd_peers_bench.py arguments (e.g. "--dtypes bf16 fp16": bf16 first).
 # Writes $OUT/round3.tar.xz (resweep/, peers/, the store after the update, nvidia-smi).
 set -u
 MODE=${1:-resweep}
@@ -22,7 +23,7 @@ fi
 USED=$(( $(date +%s) - T0 ))
 BUDGET=$(( LIMIT - USED - 25 ))
 echo "bench budget ${BUDGET} s (used ${USED} s)" > $W/bench-stdout.txt
-python ci/fwd_peers_bench.py --out $W/peers --budget-s $BUDGET --compile-jobs 14 \
+python ci/fwd_peers_bench.py --out $W/peers --budget-s $BUDGET --compile-jobs 14 ${BENCH_ARGS:-} \
   >> $W/bench-stdout.txt 2>&1
 echo "bench rc $?" >> $W/bench-stdout.txt
 cd /tmp && tar cJf $OUT/round3.tar.xz round3 && ls -la $OUT
