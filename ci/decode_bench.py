@@ -162,6 +162,48 @@ def tune_grid() -> list[dict]:
     return cases
 
 
+#: a cluster of two CTAs a block (tiles["NUM_CTAS"] 2): 128 rows (MQA Sq 4: K/V read once,
+#: each CTA 64 rows, no spill on sm_90) or the default 64; the 128-row block without the
+#: cluster (776 B/thread of spill) as the reference
+CTA_KNOBS = {"r128c2": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2}},
+             "r128c2tn64": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2, "TILE_N": 64}},
+             "c2": {"tiles": {"NUM_CTAS": 2}},
+             "r128": {"tiles": {"MAX_ROWS": 128}}}
+
+
+def _splits(*ns, tiles=None):
+    return {f"s{n}" + ("c" if tiles else ""): {"num_splits": n, **({"tiles": tiles} if tiles
+                                                                     else {})} for n in ns}
+
+
+def r18d_grid() -> list[dict]:
+    """2026-11-24d (issue 18): MQA Sq 4 with a 2-CTA cluster a block (CTA_KNOBS), and the
+    split count on the small grids where TileGym was ahead (one wave of long splits) and
+    their neighbours: the default (the planner's rule) beside fixed counts."""
+    c2 = {"MAX_ROWS": 128, "NUM_CTAS": 2}
+    mqa4 = [_case(B, 1, 4, sk, page) for B, sk, page in
+            ((1, 8192, 0), (1, 32768, 0), (1, 131072, 0), (8, 8192, 0), (8, 32768, 0),
+             (8, 131072, 0), (64, 8192, 0), (64, 32768, 0), (8, 32768, 16), (64, 8192, 16),
+             (8, 32768, 256), (1, 131072, 16))]
+    for c in mqa4:
+        c["extra"] = dict(CTA_KNOBS)
+        if c["page"] == 16:              # the 64-key cluster tile and 128-row block: no
+            c["extra"].pop("r128c2tn64")     # page16 timing needed beyond the first two
+    mqa4[3]["extra"].update(_splits(8, 30, tiles=c2))
+    mqa4[6]["extra"].update(_splits(4, 16, tiles=c2))
+    splits = [(64, 1, 8192, (1, 2, 3, 4, 6)), (64, 1, 32768, (2, 4)),
+              (8, 1, 8192, (8, 12, 24, 32)), (8, 1, 32768, (8, 32)),
+              (1, 8, 8192, (4, 8, 12, 32)), (1, 8, 32768, (8, 32)),
+              (1, 32, 8192, (2, 4, 8)), (1, 32, 32768, (4, 8)),
+              (8, 8, 8192, (2, 4, 6)), (8, 32, 8192, (1, 2, 4)), (64, 8, 8192, (1, 2)),
+              (1, 1, 8192, (32, 128))]
+    cases = mqa4 + [_case(B, hkv, 1, sk, extra=_splits(*ns)) for B, hkv, sk, ns in splits]
+    for c in cases[len(mqa4):]:
+        if c["Hkv"] == 1 and c["Sk"] == 8192 and c["B"] >= 8:
+            c["extra"]["c2"] = CTA_KNOBS["c2"]     # MQA Sq 1 (32 rows): 16 a CTA
+    return cases
+
+
 #: varlen batches: (name, key lengths per sequence; queries = keys, prefill)
 VARLEN_TIMED = [("equal8x2048", [2048] * 8),
                 ("ragged8", [4096, 3000, 2048, 1500, 1024, 700, 300, 100])]
@@ -186,6 +228,18 @@ FEW_CHECKS = ["2x8:2x100x64/noncausal/lens=37:100/splits=2/fp16",
 
 #: the occupancy hint 2 (128-thread blocks: other register layouts, other reduction
 #: orders possible) against the simulator on the same cases
+#: the 2-CTA cluster a block (tiles["NUM_CTAS"] 2) against float64 and the simulator:
+#: MQA Sq 4 with 128 rows (TILE_N 128 and 64, contiguous, 16- and 256-key pages, ragged
+#: lengths with 0 and 1, many splits, bf16), the default 64 rows, MQA Sq 1, GQA
+CTA_CHECKS = [(c, {"NUM_CTAS": 2, **t}) for c, t in (
+    ("1x32:1x4:2048x128/causal/fp16", {"MAX_ROWS": 128}),
+    ("1x32:1x4:2048x128/causal/fp16", {"MAX_ROWS": 128, "TILE_N": 64}),
+    ("2x32:1x4:1000x128/causal/page16/lens=999:64/fp16", {"MAX_ROWS": 128}),
+    ("3x32:1x4:700x128/causal/page256/lens=700:1:0/bf16", {"MAX_ROWS": 128}),
+    ("2x32:1x4:3000x128/causal/lens=3000:17/splits=37/fp16", {"MAX_ROWS": 128}),
+    ("1x32:1x4:2048x128/causal/fp16", {}),
+    ("1x32:1x2048x128/noncausal/fp16", {}),
+    ("2x32:8x1000x128/noncausal/lens=1000:517/fp16", {}))]
 OCC_CHECKS = [(c, {"OCCUPANCY": 2}) for c in FEW_CHECKS[:7]] + [
     (FEW_CHECKS[3], {"OCCUPANCY": 2, "MAX_ROWS": 16}),
     ("1x32:1x4:2048x128/causal/fp16", {"OCCUPANCY": 2, "MAX_ROWS": 128})]
@@ -314,7 +368,8 @@ def warm_up(problems, grid, jobs, log, varlen=False):
     specs = [("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D, page=p.page,
                             dtype=p.dtype, causal=p.causal, splits=p.splits))
              for p in problems]
-    for case, tiles in ((MODE_CHECKS + OCC_CHECKS + FORM_CHECKS) if problems else []):
+    for case, tiles in ((MODE_CHECKS + OCC_CHECKS + FORM_CHECKS + CTA_CHECKS)
+                        if problems else []):
         p = FAMILY.parse(case)
         specs.append(("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D,
                                     page=p.page, dtype=p.dtype, causal=p.causal,
@@ -823,7 +878,8 @@ def main(argv=None) -> int:
     ap.add_argument("--few-checks", action="store_true", help="FEW_CHECKS only")
     ap.add_argument("--checks-last", action="store_true",
                     help="the plain checks after the timings (a time limit cuts checks)")
-    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal"), default="full")
+    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d"),
+                    default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
                     help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
@@ -849,13 +905,14 @@ def main(argv=None) -> int:
               argv=sys.argv[1:]))
     log(f"{rows[-1]}")
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
-    grid = {"focus": focus_grid, "tune": tune_grid,
+    grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
     checks = [("check", p.case_id) for p in problems]
-    extra_checks = MODE_CHECKS + FORM_CHECKS + (OCC_CHECKS if args.few_checks else [])
+    extra_checks = (CTA_CHECKS + MODE_CHECKS + FORM_CHECKS
+                    + (OCC_CHECKS if args.few_checks else []))
     checks += [("check", c, t) for c, t in extra_checks] if problems else []
     checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     checks += [("graph",)] if problems else []

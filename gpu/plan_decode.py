@@ -38,22 +38,32 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "choose_kt_form", "auto_splits", "combine_tiles",
-           "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "KT_FORMS", "KT_AUTO", "MAX_SPLITS",
+           "row_tiles", "choose_num_splits", "choose_kt_form", "choose_num_ctas",
+           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "KT_FORMS", "KT_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES", "NUM_CTAS_AUTO",
            "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
 #: positions x packed heads) one block holds, how a paged tile of several pages is
 #: read (PAGE_MODES; pages >= TILE_N: one box anyway), and the split kernel's occupancy
 #: hint (0: the compiler's choice, which on sm_90 is 256 threads x 255 registers, one
-#: block per SM; 2: 128 threads, two blocks per SM).
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM")
+#: block per SM; 2: 128 threads, two blocks per SM), the form (KT_FORMS) and the split
+#: kernel's CTAs a block (NUM_CTAS: 0 the compiler's choice; 2 a cluster of two CTAs
+#: sharing the block's tiles, as the forward's c2 store entries at D = 128).
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
 #: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
 #: causal, as spak.fmha; 0: the head tile fastest).
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
+#: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas)
+NUM_CTAS_VALUES = (0, 1, 2, 4)
+#: tiles["NUM_CTAS"] = NUM_CTAS_AUTO (the default): choose_num_ctas picks from the shape
+NUM_CTAS_AUTO = -1
+#: Archs whose tileiras builds a block of several CTAs as a cluster sharing its tiles
+#: (sm_89 has no clusters: there num_ctas 2 compiles to one 128-thread CTA that spills)
+CLUSTER_ARCHS = ("sm_90", "sm_100", "sm_103")
 #: PAGE_MODE values: one box per page concatenated into the tile; one gathered load per
 #: tile (ct.load_advanced_indexing over the page ids). H100, 16-key pages, 128-key tiles
 #: (results/decode-h100-2026-11-24, run 5): gather 0.93-1.13 of contiguous, boxes
@@ -104,7 +114,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
-            "OCCUPANCY": 0, "KT_FORM": KT_AUTO}
+            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": NUM_CTAS_AUTO}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -142,6 +152,13 @@ def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
     if seq_q == 1 and group >= 16 and page > 0:
         return 2
     return 0
+
+
+def choose_num_ctas(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int,
+                    arch: str = "sm_90") -> tuple[int, int]:
+    """(NUM_CTAS, MAX_ROWS) where tiles leave the CTAs to the plan (NUM_CTAS_AUTO): no
+    hint and the tiles' MAX_ROWS. (Placeholder until an H100 run decides.)"""
+    return 0, max_rows
 
 
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
@@ -193,7 +210,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                 num_splits: Optional[int] = None,
                 tiles: Optional[dict] = None,
                 num_sms: int = DEFAULT_SMS,
-                alloc: Optional[Callable[[tuple, str], Any]] = None) -> list[Launch]:
+                alloc: Optional[Callable[[tuple, str], Any]] = None,
+                arch: str = "sm_90") -> list[Launch]:
     """Launches computing decode attention into ``out`` (layouts in the module docstring).
 
     causal: bottom-right (query i of a sequence of length L sees keys j <= i + L - Sq);
@@ -202,22 +220,26 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0 or 1
     (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none),
     "KT_FORM": -1..2 (KT_FORMS: rows or keys in the tensor cores' M; -1 KT_AUTO:
-    choose_kt_form)};
+    choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
+    none)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
+    arch: the target ("sm_90"; choose_num_ctas asks it whether blocks may be clusters).
     Returns [] when there is nothing to compute (B, Sq or Hq is 0).
     """
     B, Sq, Hq, D, Hkv, Dv, page, cap = _check_arrays(q, k_cache, v_cache, cache_seqlens, out,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form, ctas = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
     if B * Sq * Hq == 0:
         return []
+    if ctas == NUM_CTAS_AUTO:
+        ctas, max_rows = choose_num_ctas(Hq, Hkv, Sq, max_rows, arch)
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     if form == KT_AUTO:
         form = choose_kt_form(Hq, Hkv, Sq, page, tn)
@@ -227,7 +249,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     bt = cache_seqlens if block_table is None else block_table   # never read when contiguous
     d_t, dv_t = _tile_width(D), _tile_width(Dv)
     mode = page_mode if 0 < page < tn else 0
-    split_kernel = with_hints(_decode.decode_split_kernel, occupancy=occ or None)
+    split_kernel = with_hints(_decode.decode_split_kernel, occupancy=occ or None,
+                              num_ctas=ctas or None)
     if splits == 1:
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
         return [_launch(split_kernel, (tiles_qh, 1, B),
@@ -362,7 +385,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -374,7 +397,11 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int]:
         raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page} "
                          f"with tiles['PAGE_MODE'] = 0")
     form = _check_int("tiles['KT_FORM']", t["KT_FORM"], KT_AUTO, max(KT_FORMS))
-    return tn, int(t["MAX_ROWS"]), mode, occ, form
+    ctas = _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], NUM_CTAS_AUTO, max(NUM_CTAS_VALUES))
+    if ctas not in NUM_CTAS_VALUES + (NUM_CTAS_AUTO,):
+        raise ValueError(f"tiles['NUM_CTAS'] must be one of "
+                         f"{(NUM_CTAS_AUTO,) + NUM_CTAS_VALUES}, got {ctas}")
+    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas
 
 
 def _resolve_alloc(alloc, q):

@@ -21,9 +21,10 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
   (the queries are the last Sq tokens); rows with no key give zeros. No effect at Sq = 1.
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
-  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM"} (gpu.plan_decode: keys per
-  step, most query rows per block, how a tile of several pages is read, the split kernel's
-  occupancy hint, rows or keys in the tensor cores' M: -1 auto, 0 rows, 1 keys, 2 keys_vt). TILE_N and MAX_ROWS not given come from the tuned-config store's fmha_decode entry
+  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS"} (gpu.plan_decode:
+  keys per step, most query rows per block, how a tile of several pages is read, the split
+  kernel's occupancy hint, rows or keys in the tensor cores' M: -1 auto, 0 rows, 1 keys,
+  2 keys_vt; the split kernel's CTAs a block: -1 auto, 0 no hint, 1, 2, 4). TILE_N and MAX_ROWS not given come from the tuned-config store's fmha_decode entry
   for this GPU and (dtype, D, Hq // Hkv, Sq, paged) when it has one (`spak sweep --family
   fmha_decode --update-store`), else from gpu.plan_decode.default_decode_tiles.
 
@@ -50,10 +51,11 @@ __all__ = ["fmha_kvcache", "validate"]
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM")
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS")
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
 KT_FORMS = (-1, 0, 1, 2)             # = gpu.plan_decode.KT_AUTO and KT_FORMS
 OCCUPANCIES = (0, 1, 2, 3, 4)        # = gpu.plan_decode.OCCUPANCIES
+NUM_CTAS_VALUES = (-1, 0, 1, 2, 4)   # = gpu.plan_decode.NUM_CTAS_AUTO and NUM_CTAS_VALUES
 
 
 # --------------------------------------------------------------------------- validation
@@ -121,7 +123,9 @@ def _check_options(is_causal, num_splits, tiles):
     return check_tiles(tiles, TILE_KEYS, "{'TILE_N': int, 'MAX_ROWS': int}",
                        {"PAGE_MODE": (PAGE_MODES, "boxes, gather"),
                         "OCCUPANCY": (OCCUPANCIES, "0: the compiler's choice"),
-                        "KT_FORM": (KT_FORMS, "-1 auto, 0 rows, 1 keys, 2 keys_vt")})
+                        "KT_FORM": (KT_FORMS, "-1 auto, 0 rows, 1 keys, 2 keys_vt"),
+                        "NUM_CTAS": (NUM_CTAS_VALUES, "-1 auto, 0 no hint, else CTAs a "
+                                     "block")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -159,17 +163,24 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _arch(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"
+
+
 _PLANS: dict = {}
 
 
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
     key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
            None if block_table is None else block_table.shape,
-           is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy, kt_form)
+           is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
+           num_ctas)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -185,8 +196,9 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
                            causal=is_causal, scale=scale, num_splits=num_splits or None,
                            tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
                                   "PAGE_MODE": page_mode, "OCCUPANCY": occupancy,
-                                  "KT_FORM": kt_form},
-                           num_sms=_num_sms(q.device.index), alloc=alloc)
+                                  "KT_FORM": kt_form, "NUM_CTAS": num_ctas},
+                           num_sms=_num_sms(q.device.index), alloc=alloc,
+                           arch=_arch(q.device.index))
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
     names.update({id(w): i for i, w in enumerate(work)})
@@ -236,7 +248,7 @@ def _arg(a, work, tensors):
 def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
-          page_mode: int, occupancy: int, kt_form: int) -> torch.Tensor:
+          page_mode: int, occupancy: int, kt_form: int, num_ctas: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -252,7 +264,8 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         tile_n, max_rows, kt_form = _tuned(q, k_cache, bt is not None, tile_n, max_rows,
                                            kt_form)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
-                              num_splits, tile_n, max_rows, page_mode, occupancy, kt_form)
+                              num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
+                              num_ctas)
     # one workspace allocation per call, through torch's caching allocator (and its
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
@@ -324,7 +337,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
@@ -352,7 +365,7 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
     args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
             1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
             cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"],
-            cfg["KT_FORM"])
+            cfg["KT_FORM"], cfg["NUM_CTAS"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd
