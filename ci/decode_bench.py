@@ -168,7 +168,11 @@ def tune_grid() -> list[dict]:
 CTA_KNOBS = {"r128c2": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2}},
              "r128c2tn64": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2, "TILE_N": 64}},
              "c2": {"tiles": {"NUM_CTAS": 2}},
-             "r128": {"tiles": {"MAX_ROWS": 128}}}
+             "r128": {"tiles": {"MAX_ROWS": 128}},
+             "r128c2l2": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2, "LAT": 2}},
+             "r128c2l5": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2, "LAT": 5}}}
+#: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
+LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
 
 def _splits(*ns, tiles=None):
@@ -187,8 +191,8 @@ def r18d_grid() -> list[dict]:
              (8, 32768, 256), (1, 131072, 16))]
     for c in mqa4:
         c["extra"] = dict(CTA_KNOBS)
-        if c["page"] == 16:              # the 64-key cluster tile and 128-row block: no
-            c["extra"].pop("r128c2tn64")     # page16 timing needed beyond the first two
+        if c["page"] == 16:              # 16-key pages: the 64-key cluster tile left out
+            c["extra"].pop("r128c2tn64")
     mqa4[3]["extra"].update(_splits(8, 30, tiles=c2))
     mqa4[6]["extra"].update(_splits(4, 16, tiles=c2))
     splits = [(64, 1, 8192, (1, 2, 3, 4, 6)), (64, 1, 32768, (2, 4)),
@@ -201,6 +205,8 @@ def r18d_grid() -> list[dict]:
     for c in cases[len(mqa4):]:
         if c["Hkv"] == 1 and c["Sk"] == 8192 and c["B"] >= 8:
             c["extra"]["c2"] = CTA_KNOBS["c2"]     # MQA Sq 1 (32 rows): 16 a CTA
+        if c["Sk"] == 8192:
+            c["extra"].update(LAT_KNOBS)
     return cases
 
 
@@ -239,7 +245,11 @@ CTA_CHECKS = [(c, {"NUM_CTAS": 2, **t}) for c, t in (
     ("2x32:1x4:3000x128/causal/lens=3000:17/splits=37/fp16", {"MAX_ROWS": 128}),
     ("1x32:1x4:2048x128/causal/fp16", {}),
     ("1x32:1x2048x128/noncausal/fp16", {}),
-    ("2x32:8x1000x128/noncausal/lens=1000:517/fp16", {}))]
+    ("2x32:8x1000x128/noncausal/lens=1000:517/fp16", {}))] + [
+    # the latency hint (a scheduling hint: the same arithmetic)
+    ("1x32:1x4:2048x128/causal/fp16", {"MAX_ROWS": 128, "NUM_CTAS": 2, "LAT": 5}),
+    ("2x32:1x3000x128/noncausal/page16/lens=3000:1111/fp16", {"KT_FORM": 2, "LAT": 2}),
+    ("2x32:8x1000x128/noncausal/lens=1000:517/fp16", {"LAT": 2})]
 OCC_CHECKS = [(c, {"OCCUPANCY": 2}) for c in FEW_CHECKS[:7]] + [
     (FEW_CHECKS[3], {"OCCUPANCY": 2, "MAX_ROWS": 16}),
     ("1x32:1x4:2048x128/causal/fp16", {"OCCUPANCY": 2, "MAX_ROWS": 128})]

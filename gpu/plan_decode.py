@@ -50,7 +50,8 @@ __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen
 #: block per SM; 2: 128 threads, two blocks per SM), the form (KT_FORMS) and the split
 #: kernel's CTAs a block (NUM_CTAS: 0 the compiler's choice; 2 a cluster of two CTAs
 #: sharing the block's tiles, as the forward's c2 store entries at D = 128).
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS")
+#: LAT: the DRAM latency hint of the split kernel's K/V loads (1..10; 0 the compiler's).
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
 #: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
 #: causal, as spak.fmha; 0: the head tile fastest).
@@ -114,7 +115,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
-            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": NUM_CTAS_AUTO}
+            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": NUM_CTAS_AUTO, "LAT": 0}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -220,8 +221,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0 or 1
     (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none),
     "KT_FORM": -1..2 (KT_FORMS: rows or keys in the tensor cores' M; -1 KT_AUTO:
-    choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
-    none)};
+    choose_kt_form), "NUM_CTAS": -1, 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
+    none, -1 choose_num_ctas), "LAT": 0..10 (the K/V loads' latency hint, 0: none)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -232,7 +233,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form, ctas = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form, ctas, lat = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
@@ -255,7 +256,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
-                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form),
+                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form,
+                         lat),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -265,7 +267,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     splits_t, cdv = combine_tiles(splits, Dv)
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
-                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form),
+                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
@@ -385,7 +387,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -401,7 +403,8 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int]:
     if ctas not in NUM_CTAS_VALUES + (NUM_CTAS_AUTO,):
         raise ValueError(f"tiles['NUM_CTAS'] must be one of "
                          f"{(NUM_CTAS_AUTO,) + NUM_CTAS_VALUES}, got {ctas}")
-    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas
+    lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
+    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat
 
 
 def _resolve_alloc(alloc, q):

@@ -272,7 +272,7 @@ def test_custom_op_fake_shape():
     with FakeTensorMode():
         q, k, v = _t(3, 2, 8, 64), _t(3, 16, 2, 64), _t(3, 16, 2, 32)
         out = torch.ops.spak.fmha_kvcache(q, k, v, torch.zeros(3, dtype=torch.int32), None,
-                                          True, 0.125, 0, 128, 64, 1, 0, -1, -1)
+                                          True, 0.125, 0, 128, 64, 1, 0, -1, -1, 0)
     assert tuple(out.shape) == (3, 2, 8, 32) and out.dtype == torch.float16
 
 

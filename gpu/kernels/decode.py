@@ -69,7 +69,8 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         PAGE_MODE: ConstInt,    # several pages a tile: 0 boxes, 1 gathered
                         SPLIT: ConstBool,       # write partials (several splits)
                         CAUSAL: ConstBool,
-                        KT_FORM: ConstInt = 0):  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
+                        KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
+                        LAT: ConstInt = 0):     # DRAM latency hint of K/V loads; 0 none
     t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
@@ -79,14 +80,14 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
     if KT_FORM == 0:
         m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
                                 Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
-                                PAGE, PAGE_MODE, CAUSAL, Q.dtype)
+                                PAGE, PAGE_MODE, CAUSAL, Q.dtype, LAT)
         _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V,
                 SPLIT)
     else:
         m_i, l_i, acc = _attend_keys(ct.transpose(q), K, V, BT, b, kv_h, qt, split,
                                      ct.num_blocks(1), L, Q.shape[1], scale, HEAD_DIM,
                                      HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL,
-                                     Q.dtype, KT_FORM == 2)
+                                     Q.dtype, KT_FORM == 2, LAT)
         ROWS = SQ_T * GT
         _finish(Out, Acc, Mx, Lx, m_i.reshape((ROWS, 1)), l_i.reshape((ROWS, 1)), acc,
                 b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT)
@@ -146,7 +147,7 @@ def varlen_kernel(Q, K, V, CuQ, CuK, Out,
                     padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
         m_i, l_i, acc = _attend(q, Ks, Vs, CuK, b, kv_h, qt, 0, 1, lk, lq, scale,
                                 HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, 0, False, CAUSAL,
-                                Q.dtype)
+                                Q.dtype, 0)
         out = _normalise(acc, l_i).astype(Out.dtype)
         ct.store(Out.slice(0, q0, q0 + lq), index=(qt, t, 0),
                  tile=out.reshape((SQ_T, GT, HEAD_DIM_V)))
@@ -261,8 +262,9 @@ def _seq_len(Lens, BT, K, b, PAGE):
 # One block: the split's key tiles through an online softmax
 # --------------------------------------------------------------------------------------
 def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
-            HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype):
-    """(m, l, acc) of the block's rows over its split's keys; m in log2 units."""
+            HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype, LAT):
+    """(m, l, acc) of the block's rows over its split's keys; m in log2 units. LAT: the
+    K/V loads' DRAM latency hint (1..10; 0 the compiler's choice)."""
     ROWS = SQ_T * GT
     first_q = qt * SQ_T
     diag = L - seq_q                       # row i sees keys j <= i + diag (causal)
@@ -288,12 +290,12 @@ def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     # two loops: interior tiles take no index arithmetic or selects (as in fused.py)
     for j in range(j0, mid):
         k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
-                          PAGE_MODE)
+                          PAGE_MODE, LAT)
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
     for j in range(mid, j1):
         k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
-                          PAGE_MODE)
+                          PAGE_MODE, LAT)
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
         s, v = _mask_tail(s, v, j * TILE_N, key_offs, L, q_pos, CAUSAL, TILE_N)
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
@@ -333,7 +335,7 @@ def _softmax_step(s, v, m_i, l_i, acc, in_dtype):
 # --------------------------------------------------------------------------------------
 def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
                  HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype,
-                 VT):
+                 VT, LAT):
     """(m [1, ROWS], l [1, ROWS], acc [ROWS, Dv]) like _attend, with the keys in the
     tensor cores' M dimension: S^T [TN, ROWS] = K [TN, D] @ Q^T [D, ROWS]. K is used as
     loaded (no [TN, D] -> [D, TN] transpose, which a gathered page tile must do in
@@ -374,13 +376,13 @@ def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     else:
         acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
     for j in range(j0, mid):
-        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False)
-        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT)
+        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT)
+        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT)
         s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
         m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
     for j in range(mid, j1):
-        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False)
-        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT)
+        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT)
+        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT)
         s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
         s, v = _mask_tail_keys(s, v, j * TILE_N, key_offs, L, q_pos, CAUSAL, TILE_N, VT)
         m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
@@ -443,20 +445,24 @@ def _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V):
 # --------------------------------------------------------------------------------------
 # K/V tiles: contiguous or through the page table
 # --------------------------------------------------------------------------------------
-def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE):
+def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, LAT):
     """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h. K and V are 3D
     [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches."""
     if K.ndim == 3:
         k_t = ct.load(K, index=(0, kv_h, j), shape=(HEAD_DIM, 1, TILE_N), order=(2, 1, 0),
-                      padding_mode=ct.PaddingMode.ZERO)
+                      padding_mode=ct.PaddingMode.ZERO,
+                      latency=LAT if LAT > 0 else None)
         v = ct.load(V, index=(j, kv_h, 0), shape=(TILE_N, 1, HEAD_DIM_V),
-                    padding_mode=ct.PaddingMode.ZERO)
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT if LAT > 0 else None)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if PAGE == 0:
         k_t = ct.load(K, index=(b, 0, kv_h, j), shape=(1, HEAD_DIM, 1, TILE_N),
-                      order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+                      order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
+                      latency=LAT if LAT > 0 else None)
         v = ct.load(V, index=(b, j, kv_h, 0), shape=(1, TILE_N, 1, HEAD_DIM_V),
-                    padding_mode=ct.PaddingMode.ZERO)
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT if LAT > 0 else None)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if TILE_N <= PAGE:
         # the tile lies inside one page: one table lookup serves K and V
@@ -464,9 +470,11 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
         page = ct.load(BT, index=(b, j // per_page), shape=())
         sub = j % per_page
         k_t = ct.load(K, index=(page, 0, kv_h, sub), shape=(1, HEAD_DIM, 1, TILE_N),
-                      order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+                      order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
+                      latency=LAT if LAT > 0 else None)
         v = ct.load(V, index=(page, sub, kv_h, 0), shape=(1, TILE_N, 1, HEAD_DIM_V),
-                    padding_mode=ct.PaddingMode.ZERO)
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT if LAT > 0 else None)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     # several pages per tile; pages past the sequence's last one re-read that page (their
     # keys are masked), so no table entry past the sequence is ever read
@@ -479,10 +487,12 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
         pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32), last)))
         k = ct.load_advanced_indexing(K, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, HEAD_DIM)),
-                                      padding_mode=ct.PaddingMode.ZERO)
+                                      padding_mode=ct.PaddingMode.ZERO,
+                                      latency=LAT if LAT > 0 else None)
         v = ct.load_advanced_indexing(V, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, HEAD_DIM_V)),
-                                      padding_mode=ct.PaddingMode.ZERO)
+                                      padding_mode=ct.PaddingMode.ZERO,
+                                      latency=LAT if LAT > 0 else None)
         return (ct.transpose(k.reshape((TILE_N, HEAD_DIM))),
                 v.reshape((TILE_N, HEAD_DIM_V)))
     # else one box per page, concatenated (ct.cat takes pairs)
@@ -491,17 +501,19 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
     return k_t, v
 
 
-def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T):
+def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
     """Key tile j of sequence b, kv head kv_h, of a 4D cache: X [TN, DIM] as stored, or
     X^T [DIM, TN] (T): contiguous and in-page tiles read transposed through the load's
     axis order, gathered pages transposed in registers, boxes concatenated side by side."""
     if PAGE == 0:
         if T:
             x = ct.load(X, index=(b, 0, kv_h, j), shape=(1, DIM, 1, TILE_N),
-                        order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+                        order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
+                        latency=LAT if LAT > 0 else None)
             return x.reshape((DIM, TILE_N))
         x = ct.load(X, index=(b, j, kv_h, 0), shape=(1, TILE_N, 1, DIM),
-                    padding_mode=ct.PaddingMode.ZERO)
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT if LAT > 0 else None)
         return x.reshape((TILE_N, DIM))
     if TILE_N <= PAGE:
         per_page = PAGE // TILE_N
@@ -509,10 +521,12 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T):
         sub = j % per_page
         if T:
             x = ct.load(X, index=(page, 0, kv_h, sub), shape=(1, DIM, 1, TILE_N),
-                        order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO)
+                        order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
+                        latency=LAT if LAT > 0 else None)
             return x.reshape((DIM, TILE_N))
         x = ct.load(X, index=(page, sub, kv_h, 0), shape=(1, TILE_N, 1, DIM),
-                    padding_mode=ct.PaddingMode.ZERO)
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT if LAT > 0 else None)
         return x.reshape((TILE_N, DIM))
     n = TILE_N // PAGE
     first = j * n
@@ -521,7 +535,8 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T):
         pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32), last)))
         x = ct.load_advanced_indexing(X, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, DIM)),
-                                      padding_mode=ct.PaddingMode.ZERO)
+                                      padding_mode=ct.PaddingMode.ZERO,
+                                      latency=LAT if LAT > 0 else None)
         x = x.reshape((TILE_N, DIM))
         if T:
             return ct.transpose(x)
