@@ -304,11 +304,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=("fp16", "bf16"), help="only the cells of this dtype")
     ap.add_argument("--head-dim", type=int, help="only the cells of this head dim")
     ap.add_argument("--max-bucket", type=int, help="only the cells of buckets <= this")
+    ap.add_argument("--skip-d64-upto", type=int, metavar="BUCKET",
+                    help="skip the D=64 cells of buckets <= this (e.g. 2048: those the H200's "
+                         "round 3 re-swept)")
     ap.add_argument("--no-side", action="store_true", help="skip the side shapes")
     args = ap.parse_args(argv)
     gs = [g for g in groups() if (args.dtype is None or g["cell"][0] == args.dtype)
           and (args.head_dim is None or g["cell"][1] == args.head_dim)
           and (args.max_bucket is None or g["cell"][3] <= args.max_bucket)
+          and not (args.skip_d64_upto is not None and g["cell"][1] == 64
+                   and g["cell"][3] <= args.skip_d64_upto)
           and (g["store"] or not args.no_side)]
     if args.list:
         return list_plan(gs, args.gpu)
