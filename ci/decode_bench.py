@@ -171,6 +171,37 @@ CTA_KNOBS = {"r128c2": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2}},
              "r128": {"tiles": {"MAX_ROWS": 128}},
              "r128c2l2": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2, "LAT": 2}},
              "r128c2l5": {"tiles": {"MAX_ROWS": 128, "NUM_CTAS": 2, "LAT": 5}}}
+def former_splits(c) -> int:
+    """The split count of the rule before 2026-11-24d (1-4 waves of splits of a
+    sixteenth of the cache, 4-16 tiles each, at least one wave) for a grid case at the
+    default tiles: the baseline the new one-wave rule is timed against in one run."""
+    from spak.gpu.plan_decode import COMBINE_SHARE, MAX_SPLITS, default_decode_tiles, row_tiles
+    t = default_decode_tiles(c["D"])
+    gt, sq_t = row_tiles(c["Hq"], c["Hkv"], c["Sq"], t["MAX_ROWS"])
+    blocks = c["B"] * (c["Hq"] // gt) * -(-c["Sq"] // sq_t)
+    key_tiles, sms = -(-c["Sk"] // t["TILE_N"]), 132
+    kv_bytes = c["B"] * c["Hkv"] * c["Sk"] * 2 * c["D"] * 2
+    partial = c["B"] * c["Sq"] * c["Hq"] * (c["D"] + 2) * 4
+    waves = (4 * sms + blocks // 2) // blocks
+    tiles = min(max(key_tiles // 16, 4), 16)
+    want = min(waves, max(sms // blocks, -(-key_tiles // tiles)))
+    cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial, 1))
+    return max(1, min(want, key_tiles, MAX_SPLITS, cap))
+
+
+def goal_prev_grid() -> list[dict]:
+    """The goal grid at the defaults, with the former split rule's count as the knob
+    "prev" wherever the two rules differ (the same kernels otherwise)."""
+    from spak.gpu.plan_decode import auto_splits
+    cases = goal_grid(False)
+    for c in cases:
+        new = auto_splits(c["B"], c["Hq"], c["Hkv"], c["Sq"], c["Sk"], 128, 64, 132, c["D"])
+        old = former_splits(c)
+        if old != new:
+            c["extra"] = {"prev": {"num_splits": old}}
+    return cases
+
+
 #: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
 LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
@@ -373,13 +404,12 @@ def _warm_varlen(p):
     torch.cuda.synchronize()
 
 
-def warm_up(problems, grid, jobs, log, varlen=False):
+def warm_up(problems, grid, jobs, log, varlen=False, extra_checks=()):
     from spak.families.fmha_decode import FAMILY
     specs = [("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D, page=p.page,
                             dtype=p.dtype, causal=p.causal, splits=p.splits))
              for p in problems]
-    for case, tiles in ((MODE_CHECKS + OCC_CHECKS + FORM_CHECKS + CTA_CHECKS)
-                        if problems else []):
+    for case, tiles in (extra_checks if problems else []):
         p = FAMILY.parse(case)
         specs.append(("check", dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D,
                                     page=p.page, dtype=p.dtype, causal=p.causal,
@@ -888,7 +918,9 @@ def main(argv=None) -> int:
     ap.add_argument("--few-checks", action="store_true", help="FEW_CHECKS only")
     ap.add_argument("--checks-last", action="store_true",
                     help="the plain checks after the timings (a time limit cuts checks)")
-    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d"),
+    ap.add_argument("--new-checks", action="store_true",
+                    help="with --few-checks: FEW_CHECKS and CTA_CHECKS only")
+    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev"),
                     default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -916,13 +948,14 @@ def main(argv=None) -> int:
     log(f"{rows[-1]}")
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
+            "goal_prev": goal_prev_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
+    extra_checks = CTA_CHECKS if args.new_checks else (
+        CTA_CHECKS + MODE_CHECKS + FORM_CHECKS + (OCC_CHECKS if args.few_checks else []))
     if not args.no_warm:
-        warm_up(problems, grid, args.jobs, log, varlen=args.varlen)
+        warm_up(problems, grid, args.jobs, log, varlen=args.varlen, extra_checks=extra_checks)
     checks = [("check", p.case_id) for p in problems]
-    extra_checks = (CTA_CHECKS + MODE_CHECKS + FORM_CHECKS
-                    + (OCC_CHECKS if args.few_checks else []))
     checks += [("check", c, t) for c, t in extra_checks] if problems else []
     checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     checks += [("graph",)] if problems else []

@@ -54,8 +54,7 @@ def _signature(kernel, args) -> KernelSignature:
 
 
 def decode_launches(*, dtype: str, head_dim: int, causal: bool, page: int = 0,
-                    seq_q: int = 1, heads=(32, 8), splits: int = 4, tiles=None,
-                    arch: str = "sm_90"):
+                    seq_q: int = 1, heads=(32, 8), splits: int = 4, tiles=None):
     """The plan's launches for one variant on stand-in arrays (lengths are run-time)."""
     dt = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
     hq, hkv = heads
@@ -64,8 +63,7 @@ def decode_launches(*, dtype: str, head_dim: int, causal: bool, page: int = 0,
     bt = _Spec((2, 16), "int32") if page else None
     lens, out = _Spec((2,), "int32"), _Spec((2, seq_q, hq, head_dim), dt)
     return plan_decode(q, k, k, lens, out, block_table=bt, causal=causal, num_splits=splits,
-                       tiles=tiles, alloc=lambda shape, kind: _Spec(tuple(shape), "float32"),
-                       arch=arch)
+                       tiles=tiles, alloc=lambda shape, kind: _Spec(tuple(shape), "float32"))
 
 
 def varlen_launches(*, dtype: str, head_dim: int, causal: bool, heads=(32, 8), tiles=None,
@@ -91,7 +89,7 @@ def compile_decode_variant(*, arch: str, dtype: str, head_dim: int, causal: bool
             return varlen_launches(dtype=dtype, head_dim=head_dim, causal=causal,
                                    heads=heads, tiles=tiles, arch=arch)
         return decode_launches(dtype=dtype, head_dim=head_dim, causal=causal, page=page,
-                               seq_q=seq_q, heads=heads, tiles=tiles, arch=arch)
+                               seq_q=seq_q, heads=heads, tiles=tiles)
 
     def export(launch):
         k = with_hints(launch.kernel, **check_hints(hints))

@@ -38,18 +38,16 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "choose_kt_form", "choose_num_ctas",
-           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
-           "KT_FORMS", "KT_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES", "NUM_CTAS_AUTO",
-           "LAUNCH_NAMES"]
+           "row_tiles", "choose_num_splits", "choose_kt_form", "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "KT_FORMS", "KT_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES", "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
 #: positions x packed heads) one block holds, how a paged tile of several pages is
 #: read (PAGE_MODES; pages >= TILE_N: one box anyway), and the split kernel's occupancy
 #: hint (0: the compiler's choice, which on sm_90 is 256 threads x 255 registers, one
 #: block per SM; 2: 128 threads, two blocks per SM), the form (KT_FORMS) and the split
-#: kernel's CTAs a block (NUM_CTAS: 0 the compiler's choice; 2 a cluster of two CTAs
-#: sharing the block's tiles, as the forward's c2 store entries at D = 128).
+#: kernel's CTAs a block (NUM_CTAS: 0 the compiler's choice; 2 a cluster of two CTAs,
+#: as the forward's c2 store entries at D = 128).
 #: LAT: the DRAM latency hint of the split kernel's K/V loads (1..10; 0 the compiler's).
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
@@ -58,13 +56,11 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
-#: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas)
+#: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100
+#: (results/decode-h100-2026-11-24d run 1): 2 loses everywhere (MQA Sq 4 with 128 rows
+#: 0.8-1.0x of the 64-row default; 64 rows, or 16-key pages, 0.003-0.1x): a knob, never
+#: a default.
 NUM_CTAS_VALUES = (0, 1, 2, 4)
-#: tiles["NUM_CTAS"] = NUM_CTAS_AUTO (the default): choose_num_ctas picks from the shape
-NUM_CTAS_AUTO = -1
-#: Archs whose tileiras builds a block of several CTAs as a cluster sharing its tiles
-#: (sm_89 has no clusters: there num_ctas 2 compiles to one 128-thread CTA that spills)
-CLUSTER_ARCHS = ("sm_90", "sm_100", "sm_103")
 #: PAGE_MODE values: one box per page concatenated into the tile; one gathered load per
 #: tile (ct.load_advanced_indexing over the page ids). H100, 16-key pages, 128-key tiles
 #: (results/decode-h100-2026-11-24, run 5): gather 0.93-1.13 of contiguous, boxes
@@ -82,25 +78,25 @@ KT_AUTO = -1
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
-#: Split heuristic (choose_num_splits), from two H100 runs of 2026-11-24 (results/
-#: decode-h100-2026-11-24b: run A swept the split count, run B timed a one-wave rule on
-#: the whole grid). The split kernel holds one block per SM (255 registers x 256
-#: threads) and streams its key tiles through a pipeline, so a split should hold several
-#: tiles, and the blocks should fill whole waves:
-#: - splits of one to four tiles lose (B = 8 MQA 32k: 66 splits of 4 tiles 1641 GB/s,
-#:   16 splits of 16 tiles 2306; B = 1 GQA 4:1 32k: 66 x 4 tiles 2158, 16 x 16 2468;
-#:   8k caches: 64 x 1 tile 1397, 16 x 4 tiles 1738): at least MIN_SPLIT_TILES..
-#:   MAX_SPLIT_TILES tiles a split (a sixteenth of the cache, within those bounds);
-#: - but never fewer splits than fill one wave, rounded down (B = 8 MQA 8k: 16 splits,
-#:   128 blocks, 1577; 17 splits, 136 blocks: a second wave of 4 blocks, 1362);
-#: - and never more than the former four waves (WAVES) give: where those splits were
-#:   long enough, fewer lost (B = 1 MHA 8k: 17 splits 2344, 5 splits 1905; B = 8 GQA 8k:
-#:   8 splits 2573, 3 splits 2216; B = 64 GQA Sq 4 8k: 1 split 3048, 2 splits 2763).
+#: Split heuristic (choose_num_splits): ONE WAVE of blocks, rounded down (num_sms //
+#: blocks splits; one split once the blocks fill the SMs), at least MIN_SPLIT_TILES key
+#: tiles a split. The split kernel holds one block per SM (255 registers x 256 threads)
+#: and streams its key tiles through a pipeline: a second (partial) wave, or more and
+#: shorter splits, add per-split start-up, partial-state traffic and combine work, and
+#: fewer blocks than SMs still stream at most of the bandwidth. H100, D 128, fp16,
+#: results/decode-h100-2026-11-24d run 1 (GB/s; the former rule, 1-4 waves of splits of
+#: a sixteenth of the cache, in brackets):
+#: - 64x32:1x1:8192 (64 blocks): 2 splits 2336 [8: 2109], 4: 2240, 3 (1.45 waves): 2037;
+#: - 1x32:32x1:8192 (32 blocks): 4 splits 2563 [16: 2311], 8: 2435;
+#: - 8x32:8x1:8192 (64 blocks): 2 splits 2717 [8: 2554]; 8x32:32x1:8192 (256): 1 split
+#:   3030 [2: 2974]; MQA Sq 4 8x32:1x4:8192, 128-row blocks: 8 splits 1114 [15: 939];
+#: - where the former rule already gave one wave (8x32:1x1 and 1x32:8x1, 8 blocks: 16
+#:   splits) it stays best (12, 24, 32 and 8 splits 1-35% slower); 32k caches: one wave
+#:   equal or up to 3% faster.
+#: MIN_SPLIT_TILES 2: B = 1 MQA 8k (one block) 32 splits of 2 tiles 383, 64 of one 367.
 #: The combine reads back every split's partial state (acc, m, l per row): that traffic
 #: may reach at most COMBINE_SHARE of the K/V bytes.
-WAVES = 4
-MIN_SPLIT_TILES = 4
-MAX_SPLIT_TILES = 16
+MIN_SPLIT_TILES = 2
 COMBINE_SHARE = 0.5
 #: The combine holds every split of a row chunk in registers: at most this many floats.
 COMBINE_FLOATS = 8192
@@ -115,7 +111,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
-            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": NUM_CTAS_AUTO, "LAT": 0}
+            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -155,29 +151,19 @@ def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
     return 0
 
 
-def choose_num_ctas(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int,
-                    arch: str = "sm_90") -> tuple[int, int]:
-    """(NUM_CTAS, MAX_ROWS) where tiles leave the CTAs to the plan (NUM_CTAS_AUTO): no
-    hint and the tiles' MAX_ROWS. (Placeholder until an H100 run decides.)"""
-    return 0, max_rows
-
-
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
                       partial_bytes: int) -> int:
     """Key splits for `blocks` (batch x head tiles x query tiles) blocks over `key_tiles`
-    tiles of cache capacity: splits of a sixteenth of the cache (MIN_SPLIT_TILES to
-    MAX_SPLIT_TILES tiles), at least one full wave of blocks, at most WAVES waves, at
-    least one key tile each, at most MAX_SPLITS, and the combine's traffic (2 x splits x
-    partial_bytes: written, then read) at most COMBINE_SHARE of the K/V bytes. From the
-    capacity, not the lengths: those live on the device (reading them would cost a sync
-    and break CUDA graph capture)."""
+    tiles of cache capacity: one wave of blocks rounded down (num_sms // blocks, at least
+    1), at least MIN_SPLIT_TILES tiles a split, at most MAX_SPLITS, and the combine's
+    traffic (2 x splits x partial_bytes: written, then read) at most COMBINE_SHARE of
+    the K/V bytes. From the capacity, not the lengths: those live on the device (reading
+    them would cost a sync and break CUDA graph capture)."""
     if blocks <= 0 or key_tiles <= 0:
         return 1
-    waves = (WAVES * num_sms + blocks // 2) // blocks           # rounded to the nearest
-    tiles = min(max(key_tiles // 16, MIN_SPLIT_TILES), MAX_SPLIT_TILES)
-    want = min(waves, max(num_sms // blocks, -(-key_tiles // tiles)))
+    want = min(max(num_sms // blocks, 1), max(key_tiles // MIN_SPLIT_TILES, 1))
     combine_cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial_bytes, 1))
-    return max(1, min(want, key_tiles, MAX_SPLITS, combine_cap))
+    return max(1, min(want, MAX_SPLITS, combine_cap))
 
 
 def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
@@ -211,8 +197,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                 num_splits: Optional[int] = None,
                 tiles: Optional[dict] = None,
                 num_sms: int = DEFAULT_SMS,
-                alloc: Optional[Callable[[tuple, str], Any]] = None,
-                arch: str = "sm_90") -> list[Launch]:
+                alloc: Optional[Callable[[tuple, str], Any]] = None) -> list[Launch]:
     """Launches computing decode attention into ``out`` (layouts in the module docstring).
 
     causal: bottom-right (query i of a sequence of length L sees keys j <= i + L - Sq);
@@ -221,12 +206,11 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     tiles: {"TILE_N": 16..256, "MAX_ROWS": 16..256 (powers of two), "PAGE_MODE": 0 or 1
     (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none),
     "KT_FORM": -1..2 (KT_FORMS: rows or keys in the tensor cores' M; -1 KT_AUTO:
-    choose_kt_form), "NUM_CTAS": -1, 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
-    none, -1 choose_num_ctas), "LAT": 0..10 (the K/V loads' latency hint, 0: none)};
+    choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
+    none), "LAT": 0..10 (the K/V loads' latency hint, 0: none)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
-    arch: the target ("sm_90"; choose_num_ctas asks it whether blocks may be clusters).
     Returns [] when there is nothing to compute (B, Sq or Hq is 0).
     """
     B, Sq, Hq, D, Hkv, Dv, page, cap = _check_arrays(q, k_cache, v_cache, cache_seqlens, out,
@@ -239,8 +223,6 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
     if B * Sq * Hq == 0:
         return []
-    if ctas == NUM_CTAS_AUTO:
-        ctas, max_rows = choose_num_ctas(Hq, Hkv, Sq, max_rows, arch)
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     if form == KT_AUTO:
         form = choose_kt_form(Hq, Hkv, Sq, page, tn)
@@ -399,10 +381,9 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
         raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page} "
                          f"with tiles['PAGE_MODE'] = 0")
     form = _check_int("tiles['KT_FORM']", t["KT_FORM"], KT_AUTO, max(KT_FORMS))
-    ctas = _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], NUM_CTAS_AUTO, max(NUM_CTAS_VALUES))
-    if ctas not in NUM_CTAS_VALUES + (NUM_CTAS_AUTO,):
-        raise ValueError(f"tiles['NUM_CTAS'] must be one of "
-                         f"{(NUM_CTAS_AUTO,) + NUM_CTAS_VALUES}, got {ctas}")
+    ctas = _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, max(NUM_CTAS_VALUES))
+    if ctas not in NUM_CTAS_VALUES:
+        raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat
 

@@ -22,13 +22,13 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
   {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT"}
-  (gpu.plan_decode:
-  keys per step, most query rows per block, how a tile of several pages is read, the split
-  kernel's occupancy hint, rows or keys in the tensor cores' M: -1 auto, 0 rows, 1 keys,
-  2 keys_vt; the split kernel's CTAs a block: -1 auto, 0 no hint, 1, 2, 4; the K/V
-  loads' DRAM latency hint, 1..10, 0 none). TILE_N and MAX_ROWS not given come from the tuned-config store's fmha_decode entry
-  for this GPU and (dtype, D, Hq // Hkv, Sq, paged) when it has one (`spak sweep --family
-  fmha_decode --update-store`), else from gpu.plan_decode.default_decode_tiles.
+  (gpu.plan_decode: keys per step, most query rows per block, how a tile of several pages
+  is read, the split kernel's occupancy hint, rows or keys in the tensor cores' M: -1
+  auto, 0 rows, 1 keys, 2 keys_vt; the split kernel's CTAs a block: 0 no hint, 1, 2, 4;
+  the K/V loads' DRAM latency hint, 1..10, 0 none). TILE_N and MAX_ROWS not given come
+  from the tuned-config store's fmha_decode entry for this GPU and (dtype, D, Hq // Hkv,
+  Sq, paged) when it has one (`spak sweep --family fmha_decode --update-store`), else
+  from gpu.plan_decode.default_decode_tiles.
 
 Returns [B, Sq, Hq, Dv] in q's dtype. Forward only. Registered as the custom op
 ``torch.ops.spak.fmha_kvcache`` (with a fake implementation) for torch.compile; it
@@ -57,7 +57,7 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
 KT_FORMS = (-1, 0, 1, 2)             # = gpu.plan_decode.KT_AUTO and KT_FORMS
 OCCUPANCIES = (0, 1, 2, 3, 4)        # = gpu.plan_decode.OCCUPANCIES
-NUM_CTAS_VALUES = (-1, 0, 1, 2, 4)   # = gpu.plan_decode.NUM_CTAS_AUTO and NUM_CTAS_VALUES
+NUM_CTAS_VALUES = (0, 1, 2, 4)       # = gpu.plan_decode.NUM_CTAS_VALUES
 LATENCIES = tuple(range(11))         # the K/V loads' latency hint; 0: none
 
 
@@ -127,8 +127,7 @@ def _check_options(is_causal, num_splits, tiles):
                        {"PAGE_MODE": (PAGE_MODES, "boxes, gather"),
                         "OCCUPANCY": (OCCUPANCIES, "0: the compiler's choice"),
                         "KT_FORM": (KT_FORMS, "-1 auto, 0 rows, 1 keys, 2 keys_vt"),
-                        "NUM_CTAS": (NUM_CTAS_VALUES, "-1 auto, 0 no hint, else CTAs a "
-                                     "block"),
+                        "NUM_CTAS": (NUM_CTAS_VALUES, "0 no hint, else CTAs a block"),
                         "LAT": (LATENCIES, "0: the compiler's choice")})
 
 
@@ -167,12 +166,6 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
-def _arch(index: int) -> str:
-    major, minor = torch.cuda.get_device_capability(index)
-    return f"sm_{major}{minor}"
-
-
 _PLANS: dict = {}
 
 
@@ -201,8 +194,7 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
                            tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
                                   "PAGE_MODE": page_mode, "OCCUPANCY": occupancy,
                                   "KT_FORM": kt_form, "NUM_CTAS": num_ctas, "LAT": lat},
-                           num_sms=_num_sms(q.device.index), alloc=alloc,
-                           arch=_arch(q.device.index))
+                           num_sms=_num_sms(q.device.index), alloc=alloc)
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
     names.update({id(w): i for i, w in enumerate(work)})

@@ -131,19 +131,29 @@ def test_row_tiles_and_split_choice():
     assert row_tiles(32, 1, 4, 64) == (32, 2)       # MQA, Sq=4: two query tiles
     assert row_tiles(12, 2, 1, 64) == (2, 8)        # group of 6: tiles of 2 heads
     kw = dict(partial_bytes=32 * 130 * 4)
-    # enough blocks already (64 x 32 heads, 8k keys): one split
+    # one wave of blocks, rounded down (H100 run 1 of results/decode-h100-2026-11-24d):
+    # enough blocks already (64 x 32 heads, 8k keys; or 256 blocks: 3030 vs 2974 GB/s
+    # with 2 splits): one split
     assert choose_num_splits(2048, 64, 132, kv_bytes=64 * 32 * 8192 * 512, **kw) == 1
-    # GQA 4:1, B = 8 (64 blocks), 32k keys: four waves, 32 tiles a split (fastest)
-    assert choose_num_splits(64, 256, 132, kv_bytes=8 * 8 * 32768 * 512, **kw) == 8
-    # MQA, B = 8 (8 blocks), 32k keys: 16 tiles a split, one full wave (not 66 of 4)
+    assert choose_num_splits(256, 64, 132, kv_bytes=8 * 32 * 8192 * 512, **kw) == 1
+    # 64 blocks (MQA B = 64, GQA 4:1 B = 8), 8k keys: 2 splits, one wave (2336 vs 2109
+    # GB/s with the former 8, four waves)
+    assert choose_num_splits(64, 64, 132, kv_bytes=64 * 8192 * 512, **kw) == 2
+    # MQA, B = 8 (8 blocks), 32k keys: one full wave of 16 splits (not 66 of 4)
     assert choose_num_splits(8, 256, 132, kv_bytes=8 * 32768 * 512, **kw) == 16
-    # MHA, B = 1 (32 blocks), 8k keys: 4 tiles a split, within four waves
-    assert choose_num_splits(32, 64, 132, kv_bytes=32 * 8192 * 512, **kw) == 16
+    # MHA, B = 1 (32 blocks), 8k keys: 4 splits (2563 vs 2311 GB/s with 16)
+    assert choose_num_splits(32, 64, 132, kv_bytes=32 * 8192 * 512, **kw) == 4
+    # 100 blocks: one wave rounded down is one split (no second wave of 68 blocks)
+    assert choose_num_splits(100, 64, 132, kv_bytes=100 * 8192 * 512, **kw) == 1
     # MQA, batch 1, 128k keys: one block unsplit; one wave of splits
     assert choose_num_splits(1, 1024, 132, kv_bytes=131072 * 512, **kw) == 132
-    # ... but at 8k keys the combine's traffic (half the K/V bytes at most) caps it
-    assert choose_num_splits(1, 64, 132, kv_bytes=8192 * 512, **kw) == 63
+    # ... at 8k keys at least 2 tiles a split (383 vs 367 GB/s with 64 of one tile)
+    assert choose_num_splits(1, 64, 132, kv_bytes=8192 * 512, **kw) == 32
+    # the combine's traffic (half the K/V bytes at most) caps the count
+    assert choose_num_splits(1, 1024, 132, kv_bytes=64 * 130 * 4 * 2 * 32 * 2, **kw) == 64
     assert choose_num_splits(1, 1, 132, kv_bytes=128 * 512, **kw) == 1     # one key tile
+    # another GPU's SM count: its own wave
+    assert choose_num_splits(8, 256, 48, kv_bytes=8 * 32768 * 512, **kw) == 6
     assert MAX_SPLITS == 256
 
 

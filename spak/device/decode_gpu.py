@@ -104,12 +104,10 @@ def decode_call(p, inputs, config, *, alloc=None) -> GpuCall:
                      dtype=q.dtype, device=q.device)
     sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
            if q.device.type == "cuda" else 132)
-    arch = ("sm_%d%d" % torch.cuda.get_device_capability(q.device)
-            if q.device.type == "cuda" else "sm_90")
     launches = plan_decode(q, inputs["k_cache"], inputs["v_cache"], inputs["cache_seqlens"],
                            out, block_table=inputs["block_table"], causal=p.causal,
                            num_splits=splits or p.splits, tiles=tiles, num_sms=sms,
-                           alloc=distinct(alloc or gl.torch_alloc(q)), arch=arch)
+                           alloc=distinct(alloc or gl.torch_alloc(q)))
     return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
 
 
