@@ -90,6 +90,20 @@ def summarize(lines) -> dict:
     return {"total": len(ins), "ops": ops, "loops": body}
 
 
+def _sample_run(launch, hints, heads):
+    """(kernel, args) of NVIDIA's sample at our launch's tiles: its signature is
+    (Q, K, V, Out, qk_scale, input_pos, TILE_D, H, TILE_M, TILE_N, QUERY_GROUP_SIZE, CAUSAL,
+    EVEN_K); arrays and tiles are ours."""
+    from spak.gpu.variants import with_hints
+    sample = load(str(ROOT / "ci" / "peers" / "ab_sample.py"))
+    names = ("Q", "K", "V", "Out", "Mask", "scale", "scale_log2_pow2", "HEAD_DIM",
+             "HEAD_DIM_V", "TILE_M", "TILE_N", "CAUSAL")
+    a = dict(zip(names, launch.args))
+    args = (a["Q"], a["K"], a["V"], a["Out"], float(a["scale"]), 0, a["HEAD_DIM"], heads,
+            a["TILE_M"], a["TILE_N"], 1, a["CAUSAL"], True)
+    return with_hints(sample.fmha_fwd_kernel, **hints), args
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*")
@@ -97,6 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--sample-heads", type=int, metavar="H",
+                    help="also NVIDIA's sample (ci/peers/ab_sample.py) at the same tiles and "
+                         "hints, compiled for H heads, no GQA, EVEN_K (its own K2/V4 hints)")
     ns = ap.parse_args(argv)
     from spak.gpu.compile import variant_launches
     from spak.gpu.resources import kernel_facts
@@ -106,10 +123,13 @@ def main(argv=None) -> int:
                               causal=ns.causal, has_mask=False, tiles=tiles)[0]
     import spak.gpu.kernels.fused as fused
     mods = {"spak": fused, **{Path(p).stem: load(p) for p in ns.paths}}
+    runs = [(name, with_hints(mod.fmha_fwd_kernel, **hints), launch.args)
+            for name, mod in mods.items()]
+    if ns.sample_heads:
+        runs.append(("sample", *_sample_run(launch, hints, ns.sample_heads)))
     rows = {}
-    for name, mod in mods.items():
-        kernel = with_hints(mod.fmha_fwd_kernel, **hints)
-        lines, cubin = sass(kernel, launch.args)
+    for name, kernel, args in runs:
+        lines, cubin = sass(kernel, args)
         s = summarize(lines)
         f = kernel_facts(cubin, "sm_90")
         s["res"] = {k: f[k] for k in ("registers", "threads", "shared_bytes", "stack_bytes",
