@@ -202,6 +202,26 @@ def goal_prev_grid() -> list[dict]:
     return cases
 
 
+def recheck_grid() -> list[dict]:
+    """2026-11-24d run 3: the shapes where run 2 read the one-wave rule >= 3% slower than
+    the former one on a contiguous cache (while their paged twins gained, and run 1 read
+    the opposite on two of them), each timed twice in the grid, and within a case three
+    times per rule (explicit counts), interleaved: new, prev, new2, prev2, new3, prev3."""
+    from spak.gpu.plan_decode import auto_splits
+    shapes = [(8, 32, 4, 8192, 0), (8, 8, 1, 8192, 0), (8, 8, 4, 8192, 0),
+              (1, 32, 1, 8192, 0), (1, 32, 4, 8192, 0), (64, 1, 1, 8192, 0),
+              (8, 8, 1, 8192, 16), (64, 1, 4, 8192, 0)]
+    cases = []
+    for _ in range(2):
+        for B, hkv, sq, sk, page in shapes:
+            c = _case(B, hkv, sq, sk, page)
+            new = {"num_splits": auto_splits(B, 32, hkv, sq, sk, 128, 64, 132, 128)}
+            old = {"num_splits": former_splits(c)}
+            c["extra"] = {"prev": old, "new2": new, "prev2": old, "new3": new, "prev3": old}
+            cases.append(c)
+    return cases
+
+
 #: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
 LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
@@ -920,7 +940,10 @@ def main(argv=None) -> int:
                     help="the plain checks after the timings (a time limit cuts checks)")
     ap.add_argument("--new-checks", action="store_true",
                     help="with --few-checks: FEW_CHECKS and CTA_CHECKS only")
-    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev"),
+    ap.add_argument("--few-only", action="store_true",
+                    help="with --few-checks: FEW_CHECKS alone")
+    ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
+                                       "recheck"),
                     default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -948,10 +971,10 @@ def main(argv=None) -> int:
     log(f"{rows[-1]}")
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
-            "goal_prev": goal_prev_grid,
+            "goal_prev": goal_prev_grid, "recheck": recheck_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
-    extra_checks = CTA_CHECKS if args.new_checks else (
+    extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (
         CTA_CHECKS + MODE_CHECKS + FORM_CHECKS + (OCC_CHECKS if args.few_checks else []))
     if not args.no_warm:
         warm_up(problems, grid, args.jobs, log, varlen=args.varlen, extra_checks=extra_checks)

@@ -93,10 +93,12 @@ MAX_SPLITS = 256
 #: - where the former rule already gave one wave (8x32:1x1 and 1x32:8x1, 8 blocks: 16
 #:   splits) it stays best (12, 24, 32 and 8 splits 1-35% slower); 32k caches: one wave
 #:   equal or up to 3% faster.
-#: MIN_SPLIT_TILES 2: B = 1 MQA 8k (one block) 32 splits of 2 tiles 383, 64 of one 367.
+#: MIN_SPLIT_TILES 1: B = 1 MQA 8k (one block) 32 splits of 2 tiles 383 GB/s, 64 of one
+#: 367 in run 1, but 387 vs 383 in run 2, and at 32k 128 splits of 2 tiles lost 8-9% to
+#: 132 (run 2, all three layouts: the combine's narrower column chunks, more blocks).
 #: The combine reads back every split's partial state (acc, m, l per row): that traffic
 #: may reach at most COMBINE_SHARE of the K/V bytes.
-MIN_SPLIT_TILES = 2
+MIN_SPLIT_TILES = 1
 COMBINE_SHARE = 0.5
 #: The combine holds every split of a row chunk in registers: at most this many floats.
 COMBINE_FLOATS = 8192

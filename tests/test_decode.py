@@ -147,8 +147,9 @@ def test_row_tiles_and_split_choice():
     assert choose_num_splits(100, 64, 132, kv_bytes=100 * 8192 * 512, **kw) == 1
     # MQA, batch 1, 128k keys: one block unsplit; one wave of splits
     assert choose_num_splits(1, 1024, 132, kv_bytes=131072 * 512, **kw) == 132
-    # ... at 8k keys at least 2 tiles a split (383 vs 367 GB/s with 64 of one tile)
-    assert choose_num_splits(1, 64, 132, kv_bytes=8192 * 512, **kw) == 32
+    # ... at 8k keys the combine's traffic (half the K/V bytes at most) caps it at 63
+    assert choose_num_splits(1, 64, 132, kv_bytes=8192 * 512, **kw) == 63
+    assert choose_num_splits(1, 256, 132, kv_bytes=32768 * 512, **kw) == 132
     # the combine's traffic (half the K/V bytes at most) caps the count
     assert choose_num_splits(1, 1024, 132, kv_bytes=64 * 130 * 4 * 2 * 32 * 2, **kw) == 64
     assert choose_num_splits(1, 1, 132, kv_bytes=128 * 512, **kw) == 1     # one key tile
