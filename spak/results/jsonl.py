@@ -11,6 +11,7 @@ torch scalars become python numbers, paths become strings, dict keys become stri
 from __future__ import annotations
 
 import gzip
+import lzma
 import json
 import math
 import os
@@ -87,13 +88,13 @@ def append_jsonl(path: Optional[Path], row: dict) -> None:
 def read_results(path, *, warn=None) -> list[dict]:
     """Every JSON object line of a results file; a torn or corrupt line (a kill in the
     middle of a write) is skipped with a warning. A missing file is empty. A name ending
-    in .gz is read through gzip (committed results are kept compressed: the tree travels
-    to the GPU machine under a size limit)."""
+    in .gz or .xz is read through gzip or lzma (committed results are kept compressed:
+    the tree travels to the GPU machine under a size limit)."""
     p = Path(path)
     if not p.exists():
         return []
     rows = []
-    opener = gzip.open if p.suffix == ".gz" else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(p.suffix, open)
     with opener(p, "rt", encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
