@@ -86,7 +86,7 @@ def probe(shape: str, bench) -> dict:
     spec = Spec()
     spec.dtype, spec.D, spec.causal, spec.Sk, spec.B, spec.Hq, spec.Sq = "fp16", D, causal, S, B, H, S
     config = fpb.spak_config(spec)
-    mod = fpb.load_module(ROOT / "gpu" / "kernels" / "fused.py", "probe_fused")
+    import spak.gpu.kernels.fused as mod         # the kernel spak.fmha launches (a package module)
     paths = {"spak.fmha": lambda: spak.fmha(q, k, v, is_causal=causal),
              "direct": fpb.variant_launch(mod, q, k, v, out, causal, 1.0 / math.sqrt(D), config)}
     flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
