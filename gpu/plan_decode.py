@@ -38,8 +38,9 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "choose_kt_form", "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
-           "KT_FORMS", "KT_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES", "LAUNCH_NAMES"]
+           "row_tiles", "choose_num_splits", "choose_kt_form", "auto_splits", "combine_tiles",
+           "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "KT_FORMS", "KT_AUTO", "MAX_SPLITS",
+           "NUM_CTAS_VALUES", "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
 #: positions x packed heads) one block holds, how a paged tile of several pages is
