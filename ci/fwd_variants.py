@@ -9,6 +9,11 @@ measures that difference alone; `sample4` applies them all. The edits are exact-
 replacements that must each match once: when fused.py changes under them the script fails
 loudly instead of writing a variant that silently is not what its name says.
 Variants keep fmha_fwd_kernel's signature (ci/ab_fused.py matches arguments by name).
+A variant that launches another grid (round 5: flatgrid, samplelike) defines
+variant_grid(grid) -> grid; ci/fwd_peers_bench.py applies it (ci/ab_fused.py does not: run
+those through fwd_peers_bench, whose bit comparison with spak.fmha would catch the miss).
+tests/test_fwd_variants.py checks that every variant generates and that the round-5 ones
+give spak's bits in the simulator.
 """
 from __future__ import annotations
 
@@ -82,6 +87,54 @@ MINBIAS = [("""            keep = key_pos <= q_pos                         # [TM
         else:
             qk = ct.where(key_pos < seq_k, qk, NEG_INF)""")]
 
+# --- round 5: what is left outside the loop bodies (docs/perf-notes.md "Round 5") ----------
+# The sample's launch grid, (query tiles, B * Hq, 1) with b, h = bid(1) // Hq, bid(1) % Hq,
+# instead of ours, (query tiles, Hq, B). The same linear block order (x fastest, then the
+# flattened (b, h) in the same sequence), plus one division by the run-time head count (the
+# sample's H is a compile-time constant: its division is a shift). The launch changes with
+# it: FLATGRID_LAUNCH's variant_grid, which ci/fwd_peers_bench.py applies to spak's grid.
+FLATGRID = [("""        bid_m = ct.num_blocks(0) - 1 - bid_m
+    b, h, kv_h = _head_coords(GROUP)
+    _fmha_fwd_block(Q, K, V, Out, Mask, None,""",
+             """        bid_m = ct.num_blocks(0) - 1 - bid_m
+    heads = Q.shape[1]                      # the sample's grid: (query tiles, B * Hq, 1)
+    b, h = ct.bid(1) // heads, ct.bid(1) % heads
+    kv_h = h // GROUP
+    _fmha_fwd_block(Q, K, V, Out, Mask, None,""")]
+FLATGRID_LAUNCH = '''
+
+def variant_grid(grid):
+    """The sample's launch grid for spak's planned one: (m, Hq, B) -> (m, B * Hq, 1)."""
+    m, hq, b = grid
+    return (m, hq * b, 1)
+'''
+
+# The sample's one key loop, masking from mask_from on under a branch (tileiras unswitches
+# it; round 2 timed it at 3be02fe on the old kernel: noise). Same tiles, same order, same
+# arithmetic per tile as our two loops: only the loop structure (the sample's `mid` part).
+ONELOOP = [("""    for j in range(0, min(mask_from, num_tiles)):
+        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
+        m_i, l_i, acc = _online_softmax_step(
+            qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
+            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
+    for j in range(mask_from, num_tiles):""", """    for j in range(0, num_tiles):"""),
+           ("""        key_pos = j * TILE_N + key_offs                     # [1, TN]
+        if CAUSAL:""", """        if j >= mask_from:
+          key_pos = j * TILE_N + key_offs                     # [1, TN]
+          if CAUSAL:"""),
+           ("""            keep = key_pos <= q_pos                         # [TM, TN]
+        else:
+            keep = key_pos < seq_k                          # [1, TN]
+        qk = ct.where(keep, qk, NEG_INF)""", """            keep = key_pos <= q_pos                         # [TM, TN]
+          else:
+            keep = key_pos < seq_k                          # [1, TN]
+          qk = ct.where(keep, qk, NEG_INF)""")]
+# ONELOOP with MINBIAS's mask form (both edit the mask's lines): for samplelike.
+ONELOOP_MIN = ONELOOP[:2] + [(MINBIAS[0][0], """            qk = ct.minimum(qk, ct.where(key_pos <= q_pos, POS_INF, NEG_INF))
+          else:
+            qk = ct.where(key_pos < seq_k, qk, NEG_INF)""")]
+
 VARIANTS = {
     "same": [],                       # an identical copy: the run's noise
     "lat24": LAT24,
@@ -98,9 +151,16 @@ VARIANTS = {
     "noguard": NOSAFE + EPILOGUE,
     "minbias": MINBIAS,
     "noguard_min": NOSAFE + EPILOGUE + MINBIAS,
+    # round 5 (prepared 2026-11-24d): the differences outside the loop bodies one at a time
+    # (natural, above: the block order) and all of them on top of noguard_min + lat24
+    # ("samplelike": every source difference from the sample we know of, in our source)
+    "flatgrid": FLATGRID,
+    "oneloop": ONELOOP,
+    "samplelike": NOSAFE + EPILOGUE + NATURAL + FLATGRID + ONELOOP_MIN + LAT24,
 }
-# Text appended to a variant (module-level helpers it needs).
-APPENDIX: dict = {}
+# Text appended to a variant (module-level helpers it needs; variant_grid(grid) -> grid:
+# the launch grid the harness uses instead of spak's planned one).
+APPENDIX: dict = {"flatgrid": FLATGRID_LAUNCH, "samplelike": FLATGRID_LAUNCH}
 
 # A peer is loaded as a plain module, outside the package: its relative import made absolute.
 IMPORT = ("from .common import FLOAT32_MAX, LOG2E, NEG_INF",
