@@ -67,7 +67,9 @@ def sass(kernel, args) -> list[str]:
     return res.splitlines(), cubin
 
 
-def summarize(lines) -> dict:
+def _parse(lines):
+    """(instructions as (address, opcode, operands, predicate), label -> address) of an
+    nvdisasm listing; a label names the next instruction's address."""
     ins, labels, pending = [], {}, []
     for ln in lines:
         lab = re.match(r"\s*(\.L_x_\d+):", ln)
@@ -76,11 +78,17 @@ def summarize(lines) -> dict:
             continue
         m = _INS.search(ln)
         if m:
-            addr, _, op, rest = m.groups()
-            ins.append((int(addr, 16), op, rest))
+            addr, pred, op, rest = m.groups()
+            ins.append((int(addr, 16), op, rest, pred))
             for name in pending:
                 labels[name] = int(addr, 16)
             pending = []
+    return ins, labels
+
+
+def summarize(lines) -> dict:
+    ins, labels = _parse(lines)
+    ins = [(addr, op, rest) for addr, op, rest, _ in ins]
     # loop bodies: [target, branch] of every backward branch (nvdisasm names targets by label)
     loops = []
     for addr, op, rest in ins:
@@ -124,19 +132,7 @@ def segments(lines) -> dict:
     (between its loops), `post` (normalise, convert, STSM). Producer: `pre` (to its first
     load loop), `post` (after the last: the output's TMA store). `setup`: every warp's code
     before the split (barrier initialisation). Counts, not time: each runs once per block."""
-    ins, labels, pending = [], {}, []
-    for ln in lines:
-        lab = re.match(r"\s*(\.L_x_\d+):", ln)
-        if lab:
-            pending.append(lab.group(1))
-            continue
-        m = _INS.search(ln)
-        if m:
-            addr, pred, op, rest = m.groups()
-            ins.append((int(addr, 16), op, rest, pred))
-            for name in pending:
-                labels[name] = int(addr, 16)
-            pending = []
+    ins, labels = _parse(lines)
     br = _branches(ins, labels)
     bar = next(a for a, op, rest, _ in ins if op.startswith("BAR.SYNC"))
     split, prod = next((a, t) for a, t, cond in br if a > bar and t > a and cond)
