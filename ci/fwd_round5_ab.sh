@@ -18,7 +18,7 @@ W=/tmp/round5ab && rm -rf $W && mkdir -p $W
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv > $W/gpu.txt 2>&1
 python ci/fwd_variants.py $W/var > /dev/null || { echo "fwd_variants failed"; exit 1; }
 V=""
-for n in same natural flatgrid oneloop noguard_min samplelike; do V="$V --variant $n=$W/var/$n.py"; done
+for n in same natural flatgrid oneloop noguard_min samplelike; do V="$V --variant v_$n=$W/var/$n.py"; done
 D64="32x32x512x64 16x32x1024x64 8x32x2048x64 16x16x2048x64"
 python ci/fwd_peers_bench.py --out $W/peers1 --budget-s ${AB_BUDGET_S:-240} --compile-jobs 14 \
   --dtypes fp16 --shapes $D64 4x32x4096x64 16x16x1024x128 $V > $W/bench1-stdout.txt 2>&1
