@@ -11,6 +11,14 @@ If the kernels' durations agree and do_bench differs, the difference is in how t
 reaches the GPU (host path / what runs between the flush and the kernel), not the kernel.
 
     python ci/fwd_path_probe.py [--shapes 16x16x2048x64/causal ...] [--out FILE.json]
+        [--orders flash,spak.fmha,direct ...]
+
+--orders (round 5, results/fwd-round5-h100-2026-11-24e): in the peers bench spak.fmha is
+always timed right after SDPA flash (the rotation keeps neighbours), and there it read up to
+19% slower than the same kernel launched directly, while SPAK's own timer agreed with the
+direct launch. Each order is a comma list of providers (spak.fmha, direct, flash, cudnn)
+timed by do_bench one after another, the whole list twice: if spak.fmha is slow only after
+flash, the bench's reading is a neighbour effect, not the call path.
 """
 from __future__ import annotations
 
@@ -103,10 +111,59 @@ def probe(shape: str, bench) -> dict:
     return row
 
 
+def sdpa_fn(q, k, v, causal: bool, backend_name: str):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    F = torch.nn.functional
+
+    def fn():
+        with sdpa_kernel(backend[backend_name]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return fn
+
+
+def order_probe(shape: str, bench, orders: list[str]) -> dict:
+    """do_bench TFLOPS of each provider in each order (the list timed twice in a row)."""
+    import torch
+    import spak
+    import fwd_peers_bench as fpb
+    import spak.gpu.kernels.fused as mod
+    B, H, S, D, causal = parse_shape(shape)
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.empty_like(q)
+
+    class Spec:
+        pass
+    spec = Spec()
+    spec.dtype, spec.D, spec.causal, spec.Sk, spec.B, spec.Hq, spec.Sq = "fp16", D, causal, S, B, H, S
+    config = fpb.spak_config(spec)
+    fns = {"spak.fmha": lambda: spak.fmha(q, k, v, is_causal=causal),
+           "direct": fpb.variant_launch(mod, q, k, v, out, causal, 1.0 / math.sqrt(D), config),
+           "flash": sdpa_fn(q, k, v, causal, "flash"), "cudnn": sdpa_fn(q, k, v, causal, "cudnn")}
+    flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
+    row = {"shape": shape, "config": config, "orders": []}
+    for order in orders:
+        names = order.split(",")
+        unknown = [n for n in names if n not in fns]
+        if unknown:
+            raise ValueError(f"--orders {order!r}: unknown provider(s) {unknown}; "
+                             f"expected some of {sorted(fns)}")
+        reps = [[(n, flops / bench(fns[n]) / 1e9) for n in names] for _ in range(2)]
+        row["orders"].append({"order": order, "tflops": reps})
+        print(f"  {order:32s} " + " | ".join(
+            " ".join(f"{n} {t:.0f}" for n, t in rep) for rep in reps), flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--orders", nargs="+", default=None,
+                    help="instead of the path probe: do_bench providers in these orders "
+                         "(comma lists of spak.fmha, direct, flash, cudnn)")
     args = ap.parse_args(argv)
     for s in args.shapes:
         parse_shape(s)
@@ -115,6 +172,13 @@ def main(argv=None) -> int:
     name, bench = fpb.make_bench()
     rows = []
     print(f"GPU {torch.cuda.get_device_name()}, harness {name}")
+    if args.orders:
+        for s in args.shapes:
+            print(s, flush=True)
+            rows.append(order_probe(s, bench, args.orders))
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=1))
+        return 0
     for s in args.shapes:
         row = probe(s, bench)
         rows.append(row)
