@@ -15,7 +15,8 @@ spak.fmha's launch arguments for the shape, its output bits compared with spak.f
 
 Timing: triton.testing.do_bench (median, L2 flushed before every rep; a fallback of the
 same method when triton is missing), providers in an order rotated by one per shape, the
-GPU spun 1 s before the first shape. spak.fmha and sample@spak are also timed with SPAK's
+GPU spun 1 s before the first shape; --repeats N times each shape N rounds (later rounds in
+shuffled orders) and keeps each provider's median (ms_reps in the row: every reading). spak.fmha and sample@spak are also timed with SPAK's
 own timer (spak.device.timing.time_events, the method of `spak run` and the sweep).
 Correctness: every provider's output on fresh random inputs vs a float64 reference (max
 abs error printed); NaN, or an error above 10x cuDNN's, fails the shape loudly (exit 1).
@@ -38,6 +39,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -106,6 +108,18 @@ def rotate(seq, k: int) -> list:
         return seq
     k %= len(seq)
     return seq[k:] + seq[:k]
+
+
+def timing_orders(names, idx: int, repeats: int) -> list[list]:
+    """The provider orders of shape idx's `repeats` timing rounds: round 0 the rotation by
+    idx, each later round a shuffle seeded by (idx, round), so providers change neighbours
+    (round 5, results/fwd-round5-h100-2026-11-24e: one kernel's single do_bench readings in
+    one process spread ~10%, and a rotation keeps every provider's neighbours)."""
+    import random
+    orders = [rotate(names, idx)]
+    for r in range(1, repeats):
+        orders.append(random.Random(idx * 1009 + r).sample(list(names), len(names)))
+    return orders
 
 
 def geomean(xs) -> float | None:
@@ -498,7 +512,7 @@ def _providers(spec, sample, variants, q, k, v, outs) -> tuple[dict, dict]:
 
 # long: one shape's whole protocol (inputs, compile check, correctness, rotated timing,
 # our timer, the row) reads best in one place
-def bench_shape(spec, idx, sample, variants, compiled, bench, meta) -> dict:
+def bench_shape(spec, idx, sample, variants, compiled, bench, meta, repeats: int = 1) -> dict:
     import contextlib
     import torch
     from spak import families
@@ -537,12 +551,17 @@ def bench_shape(spec, idx, sample, variants, compiled, bench, meta) -> dict:
         outs[n].view(torch.int16), outs["spak"].view(torch.int16))]
     row["failed"] = correctness_failures(row["max_abs_err"], row["nonfinite"])
     del ref
-    order = rotate(list(prov), idx)
-    row["order"] = order
-    for name in order:
-        fn, ctx, _ = prov[name]
-        with (ctx or contextlib.nullcontext)():
-            row["ms"][name] = bench(fn)
+    orders = timing_orders(list(prov), idx, repeats)
+    row["order"] = orders[0]
+    reps: dict = {name: [] for name in prov}
+    for order in orders:
+        for name in order:
+            fn, ctx, _ = prov[name]
+            with (ctx or contextlib.nullcontext)():
+                reps[name].append(bench(fn))
+    row["ms"] = {name: statistics.median(reps[name]) for name in orders[0]}
+    if repeats > 1:
+        row["ms_reps"] = reps
     row["ours_timer_ms"] = {}
     for name in [n for n in ("spak", "sample@spak") if n in prov]:
         fn, ctx, _ = prov[name]
@@ -748,6 +767,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=["fp16", "bf16"])
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
                     help="a copy of gpu/kernels/fused.py to time beside spak.fmha (repeatable)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="timing rounds per shape (each its own provider order, every second "
+                         "reversed); ms is the median over the rounds")
     ap.add_argument("--rank-check", action="store_true", help="also run the ranking check")
     ap.add_argument("--no-peers", action="store_true", help="skip the peers benchmark")
     ap.add_argument("--compile-jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2))
@@ -793,7 +815,7 @@ def run(args, variants) -> int:
             print(f"budget reached: {len(specs) - idx} shapes not run", flush=True)
             break
         try:
-            row = bench_shape(spec, idx, sample, variants, compiled, bench, meta)
+            row = bench_shape(spec, idx, sample, variants, compiled, bench, meta, args.repeats)
         except Exception as exc:  # noqa: BLE001 -- said loudly, counted as a failure
             msg = f"{spec.case_id}: {type(exc).__name__}: {exc}"[:500]
             print(f"  ERROR {msg}", flush=True)

@@ -50,6 +50,22 @@ def test_rotation_starts_each_shape_at_the_next_provider():
     assert firsts == set(names)
 
 
+def test_timing_orders_change_every_providers_neighbours():
+    names = ["spak", "sample:64x64/o4", "cudnn", "flash", "v_same"]
+    assert bench.timing_orders(names, 2, 1) == [bench.rotate(names, 2)]
+    orders = bench.timing_orders(names, 2, 4)
+    assert orders[0] == bench.rotate(names, 2)
+    assert len(orders) == 4 and all(sorted(o) == sorted(names) for o in orders)
+    assert orders == bench.timing_orders(names, 2, 4)        # reproducible
+
+    def after(order, name):           # the provider timed right before `name`, if any
+        i = order.index(name)
+        return order[i - 1] if i else None
+    # spak's predecessor differs between the rounds (round 5: always SDPA flash)
+    assert len({after(o, "spak") for o in orders}) >= 3
+    assert bench.timing_orders(names, 0, 0) == [names]     # at least one round
+
+
 def test_ratios_and_sample_best():
     ms = {"spak": 1.0, "sample:64x64/o4": 0.9, "sample:128x64/o2": 1.2, "sample@spak": 0.5,
           "cudnn": 1.1, "flash": 2.0}
