@@ -54,7 +54,7 @@ def providers(c, dev):
     from spak.kvcache import _plan, launch_templates
     B, Hkv, Sk = c
     cc = dict(B=B, Hq=32, Hkv=Hkv, Sq=1, Sk=Sk, D=128, page=0, dtype="fp16")
-    n = max(1, min(8, -(-256 * 2**20 // (B * Sk * Hkv * 512))))
+    n = COPIES or max(1, min(8, -(-256 * 2**20 // (B * Sk * Hkv * 512))))
     copies, lens = _make_copies(cc, n, dev)
     P = {"spak": [lambda x=x: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens)
                   for x in copies]}
@@ -78,6 +78,26 @@ def providers(c, dev):
     P["split"] = [lambda x=x: launch(x, [0]) for x in copies]
     if len(templates) > 1:
         P["combine"] = [lambda x=x: launch(x, [1]) for x in copies]
+        # the combine with TileGym's reduce's occupancy hint (a scheduling hint: the same
+        # arithmetic, so the same bits): the whole op, the default split kernel
+        from spak.gpu.variants import with_hints
+        kern, grid, args = templates[1]
+        hinted = templates[:1] + [(with_hints(kern, occupancy=4), grid, args)]
+
+        def launch_o4(x):
+            tens = {"q": x["q"], "k": x["k"], "v": x["v"], "lens": lens, "out": out,
+                    "bt": None}
+            launch_templates(dev, hinted, work, tens)
+        P["cmb-o4"] = [lambda x=x: launch_o4(x) for x in copies]
+        # narrower column chunks: 128 / DV_T times the combine blocks (a row's columns
+        # are merged independently: the same bits); B = 1 has only Hq rows = 32 blocks
+        from spak.kvcache import _Const
+        for dv in (32, 64):
+            t2 = templates[:1] + [(kern, (grid[0] * (128 // dv), grid[1], grid[2]),
+                                   args[:-1] + (_Const(dv),))]
+            P[f"cmb-dv{dv}"] = [lambda x=x, t2=t2: launch_templates(
+                dev, t2, work, {"q": x["q"], "k": x["k"], "v": x["v"], "lens": lens,
+                                "out": out, "bt": None}) for x in copies]
     P["tilegym"] = [lambda x=x: tg.fmha_decode(x["qs"], x["ks"], x["vs"], None) for x in copies]
     splits = max(1, 132 // (B * Hkv))
     ts = max(128, tg.next_power_of_2(-(-Sk // splits)))
@@ -118,6 +138,17 @@ def agree(c, P, copies, lay, lens, lau, emit, log):
     makers = {n: (lambda t=t: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens, tiles=t))
               for n, t in VARIANTS.items()}
     makers["layout"] = layout
+    if "cmb-o4" in P:
+        def cmb_o4():
+            P["cmb-o4"][0]()
+            return out.clone()
+        makers["cmb-o4"] = cmb_o4
+    for name in ("cmb-dv32", "cmb-dv64"):
+        if name in P:
+            def cmb(name=name):
+                P[name][0]()
+                return out.clone()
+            makers[name] = cmb
     makers["tilegym"] = lambda: tg.fmha_decode(x["qs"], x["ks"], x["vs"], None).view(
         c[0], 32, 1, 128).transpose(1, 2)
     outs = {}
@@ -140,7 +171,7 @@ def time_shape(c, dev, rounds, seed, emit, log):
     from decode_bench import _graph_time
     P, copies, lay, lens, lau, nl = providers(c, dev)
     agree(c, P, copies, lay, lens, lau, emit, log)
-    names = list(P)
+    names = [n for n in P if not ONLY or n in ONLY]
     rng = random.Random(seed)
     ms = {n: [] for n in names}
     _graph_time(P["spak"], reps=10)                  # discarded: a GPU already busy
@@ -209,8 +240,12 @@ def summary(rows) -> str:
     return "\n".join(lines)
 
 
-NAMES = ["spak", "kt1", "kt2", "occ2", "layout", "split", "combine", "tilegym", "tg-reduce",
-         "sdpa-cudnn", "sdpa-flash", "copy-same"]
+NAMES = ["spak", "kt1", "kt2", "occ2", "layout", "split", "combine", "cmb-o4", "cmb-dv32",
+         "cmb-dv64", "tilegym",
+         "tg-reduce", "sdpa-cudnn", "sdpa-flash", "copy-same"]
+#: --copies: rotated input copies per shape (0: enough to pass 256 MB, at most 8)
+COPIES = 0
+ONLY: list = []
 
 
 def main() -> int:
@@ -219,7 +254,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=15)
     ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--copies", type=int, default=0,
+                    help="rotated input copies a shape (0: enough to pass 256 MB, <= 8); "
+                         "more copies spread each graph replay's fixed cost thinner")
+    ap.add_argument("--only", default="",
+                    help="comma-separated providers to time (default: all)")
     a = ap.parse_args()
+    global COPIES, ONLY
+    COPIES = a.copies
+    ONLY = [n for n in a.only.split(",") if n]
     os.makedirs(a.out, exist_ok=True)
     import torch
     rows = []

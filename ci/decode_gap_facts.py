@@ -54,7 +54,6 @@ def _facts(kernel, args) -> dict:
 def ours(B, Hq, Hkv, Sk, tiles) -> dict:
     from spak.gpu.compile_decode import _Spec
     from spak.gpu.plan_decode import auto_splits, plan_decode
-    from spak.gpu.variants import with_hints
     splits = auto_splits(B, Hq, Hkv, 1, Sk, 128, 64, 132, 128)
     q = _Spec((B, 1, Hq, 128), "float16")
     k = _Spec((B, Sk, Hkv, 128), "float16")
