@@ -287,6 +287,8 @@ def sample_launch(sample, q, k, v, out, cfg: dict, causal: bool, scale: float):
     kern = with_hints(sample.fmha_kernel, occupancy=cfg.get("occupancy"),
                       num_ctas=cfg.get("num_ctas"))
     grid = (math.ceil(Sq / tm), B * Hq, 1)
+    if hasattr(sample, "sample_grid"):      # round 6 (ci/fwd_sample_variants.py): SPAK's grid
+        grid = sample.sample_grid(grid[0], B, Hq)
     args = (q, k, v, out, scale, 0, D, Hq, tm, tn, Hq // k.shape[1], causal, Sk % tn == 0)
     return lambda: ct.launch(torch.cuda.current_stream(), grid, kern, args)
 
@@ -393,8 +395,8 @@ def compile_unit(unit: dict) -> dict:
         out = torch.empty(qs, device="cuda", dtype=dt)
         scale = 1.0 / math.sqrt(q.shape[3])
         if unit["kind"] == "sample":
-            fn = sample_launch(load_module(SAMPLE_PATH, "cutile_sample_fmha"), q, k, v, out,
-                               unit["config"], unit["causal"], scale)
+            fn = sample_launch(load_module(unit.get("path", SAMPLE_PATH), "cutile_sample_fmha"),
+                               q, k, v, out, unit["config"], unit["causal"], scale)
         elif unit["kind"] == "variant":
             fn = variant_launch(load_module(unit["path"], "variant"), q, k, v, out,
                                 unit["causal"], scale, unit["config"])
@@ -469,7 +471,8 @@ def spak_config(spec) -> dict:
 def peer_units(spec, variants: dict) -> list[tuple[str, dict]]:
     """(provider name, compile unit) of every cuTile provider of one shape: spak.fmha at
     its resolved config, the sample at each SAMPLE_CONFIGS entry and at spak's config
-    ("sample@spak"), each variant at spak's config."""
+    ("sample@spak"), each variant at spak's config. `variants`: name -> ("variant", path)
+    (a fused.py copy) or ("sample", path) (a copy of the sample, launched as sample@spak)."""
     base = {"torch_dtype": {"fp16": "float16", "bf16": "bfloat16"}[spec.dtype],
             "q": list(spec.q_shape), "k": list(spec.kv_shape), "causal": spec.causal}
     ours = spak_config(spec)
@@ -478,8 +481,9 @@ def peer_units(spec, variants: dict) -> list[tuple[str, dict]]:
         units.append(("sample:" + c, {**base, "kind": "sample", "config": parse_config(c)}))
     at_ours = {k: ours.get(k) for k in ("TILE_M", "TILE_N", "occupancy", "num_ctas")}
     units.append(("sample@spak", {**base, "kind": "sample", "config": at_ours}))
-    units += [(name, {**base, "kind": "variant", "path": str(p), "config": ours})
-              for name, p in variants.items()]
+    for name, (kind, p) in variants.items():
+        units.append((name, {**base, "kind": kind, "path": str(p),
+                             "config": ours if kind == "variant" else at_ours}))
     return units
 
 
@@ -498,7 +502,8 @@ def _providers(spec, sample, variants, q, k, v, outs) -> tuple[dict, dict]:
     for name, u in units[1:]:
         outs[name] = torch.empty_like(q)
         if u["kind"] == "sample":
-            fn = sample_launch(sample, q, k, v, outs[name], u["config"], spec.causal, scale)
+            mod = load_module(u["path"], f"sample_{name}") if "path" in u else sample
+            fn = sample_launch(mod, q, k, v, outs[name], u["config"], spec.causal, scale)
         else:
             fn = variant_launch(load_module(u["path"], f"variant_{name}"), q, k, v, outs[name],
                                 spec.causal, scale, ours)
@@ -547,8 +552,13 @@ def bench_shape(spec, idx, sample, variants, compiled, bench, meta, repeats: int
         o = outs[name]
         row["nonfinite"][name] = int((~torch.isfinite(o)).sum())
         row["max_abs_err"][name] = float((o.double() - ref).abs().max())
-    row["bits_differ_from_spak"] = [n for n in variants if n in prov and not torch.equal(
-        outs[n].view(torch.int16), outs["spak"].view(torch.int16))]
+    def differ(n, base):
+        return n in prov and base in prov and not torch.equal(outs[n].view(torch.int16),
+                                                              outs[base].view(torch.int16))
+    row["bits_differ_from_spak"] = [n for n, (kind, _) in variants.items()
+                                    if kind == "variant" and differ(n, "spak")]
+    row["bits_differ_from_sample"] = [n for n, (kind, _) in variants.items()
+                                      if kind == "sample" and differ(n, "sample@spak")]
     row["failed"] = correctness_failures(row["max_abs_err"], row["nonfinite"])
     del ref
     orders = timing_orders(list(prov), idx, repeats)
@@ -767,9 +777,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=["fp16", "bf16"])
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
                     help="a copy of gpu/kernels/fused.py to time beside spak.fmha (repeatable)")
+    ap.add_argument("--sample-variant", action="append", default=[], metavar="NAME=PATH",
+                    help="a copy of the sample's kernel (ci/fwd_sample_variants.py) launched "
+                         "as sample@spak; its bits compared with sample@spak's (repeatable)")
     ap.add_argument("--repeats", type=int, default=1,
-                    help="timing rounds per shape (each its own provider order, every second "
-                         "reversed); ms is the median over the rounds")
+                    help="timing rounds per shape (round 0 rotated, later rounds shuffled); ms "
+                         "is each provider's median over the rounds")
     ap.add_argument("--rank-check", action="store_true", help="also run the ranking check")
     ap.add_argument("--no-peers", action="store_true", help="skip the peers benchmark")
     ap.add_argument("--compile-jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2))
@@ -779,9 +792,14 @@ def main(argv=None) -> int:
                     help="the rank check starts no shape after --budget-s plus this")
     args = ap.parse_args(argv)
     try:
-        variants = dict(parse_variant(t) for t in args.variant)
+        variants = {n: ("variant", p) for n, p in map(parse_variant, args.variant)}
+        samples = {n: ("sample", p) for n, p in map(parse_variant, args.sample_variant)}
     except ValueError as e:
         ap.error(str(e))
+    if set(variants) & set(samples):
+        ap.error(f"--variant and --sample-variant share names: "
+                 f"{sorted(set(variants) & set(samples))}")
+    variants.update(samples)
     return run(args, variants)
 
 

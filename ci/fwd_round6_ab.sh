@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Issue 17 round 6, one GPU call: the reverse bisection. Copies of NVIDIA's sample, each with
+# one of SPAK's choices (ci/fwd_sample_variants.py: s_reversed, s_ourgrid, s_twoloop,
+# s_rawmax, s_ours = all four, s_same = noise), launched as sample@spak (the sample at
+# spak.fmha's tiles and hints), beside spak.fmha, the sample's configs, cuDNN and flash, in
+# one fwd_peers_bench run with three timing rounds per shape (shuffled orders).
+#   source .carry18d/setup.sh && export SPAK_COMMIT=... && bash ci/fwd_round6_ab.sh
+# Shapes: the three D=64 causal shapes where the sample leads (rounds 2-5) and two D=128
+# noncausal ones where sample@spak led in results/fwd-peers-repeats-h100-2026-11-24e.
+# Writes $OUT/round6ab.tar.xz. ~3 min on an H100.
+set -u
+export PYTHONUNBUFFERED=1
+W=/tmp/round6ab && rm -rf $W && mkdir -p $W
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $W/gpu.txt 2>&1
+python ci/fwd_sample_variants.py $W/svar > /dev/null || { echo "fwd_sample_variants failed"; exit 1; }
+V=""
+for n in s_same s_reversed s_ourgrid s_twoloop s_rawmax s_ours; do V="$V --sample-variant $n=$W/svar/$n.py"; done
+python ci/fwd_peers_bench.py --out $W/peers --budget-s ${AB_BUDGET_S:-300} --compile-jobs 14 \
+  --dtypes fp16 --repeats 3 --shapes 32x32x512x64/causal 16x32x1024x64/causal \
+  8x32x2048x64/causal 4x16x4096x128/noncausal 2x16x8192x128/noncausal $V \
+  > $W/bench-stdout.txt 2>&1
+echo "bench rc $?" >> $W/bench-stdout.txt
+rm -rf $W/svar
+cd /tmp && tar cJf $OUT/round6ab.tar.xz round6ab && ls -la $OUT
+tail -14 $W/bench-stdout.txt

@@ -1,0 +1,130 @@
+"""Write copies of NVIDIA's cuTile FMHA sample that each take ONE of our kernel's choices
+(issue 17, round 6: the reverse bisection), for ci/fwd_peers_bench.py --sample-variant.
+
+    python ci/fwd_sample_variants.py OUT_DIR     # writes OUT_DIR/<name>.py, one per variant
+
+Round 5 (results/fwd-round5-h100-2026-11-24e) put every named difference of the sample into
+our source ("samplelike") and got no faster, while the sample at our tiles and hints stayed
+5-7% ahead at D=64 S <= 2048 causal. So this round goes the other way: the sample's source
+(ci/peers/cutile_sample_fmha.py, vendored from NVIDIA/cutile-python 9c3ee3c, Apache-2.0; a
+benchmark opponent, outside the package) with one of our choices each; the variant that
+loses the sample's lead names the part of our source that costs it.
+
+  s_reversed  causal query tiles longest first (our block order)
+  s_ourgrid   grid (query tiles, H, B): batch and head from their own grid axes (ours);
+              the launch grid comes from the module's sample_grid(tiles, B, H)
+  s_twoloop   two key loops, the masked tiles in the second (ours); the sample's one loop
+              with `if j >= mask_start` is what tileiras unswitches
+  s_rawmax    our softmax step: the row max on raw scores, offset mb = m * scale, the
+              rescale exp2(m_old * scale - mb) (the sample: scaled max, exp2(m_old - m_new));
+              other output bits than the sample's (alpha's rounding), same tolerance
+  s_ours      all four
+
+Edits are exact-match replacements that must each match once, so a change of the vendored
+file fails loudly instead of writing a variant that is not what its name says.
+tests/test_fwd_sample_variants.py checks that every variant generates and runs in the
+simulator with the sample's output (bit for bit where the arithmetic is the same).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "ci" / "peers" / "cutile_sample_fmha.py"
+
+REVERSED = [("""    bid_x = ct.bid(0)
+""", """    bid_x = ct.bid(0)
+    if CAUSAL:
+        bid_x = ct.num_blocks(0) - 1 - bid_x     # longest first (SPAK's order)
+""")]
+
+OURGRID = [("""    bid_y = ct.bid(1)
+    batch_idx = bid_y // H
+    head_idx = bid_y % H
+""", """    batch_idx = ct.bid(2)                        # SPAK's grid: (tiles, H, B)
+    head_idx = ct.bid(1)
+""")]
+OURGRID_LAUNCH = '''
+
+def sample_grid(tiles, batch, heads):
+    """SPAK's grid shape for this variant (the sample's is (tiles, batch * heads, 1))."""
+    return (tiles, heads, batch)
+'''
+
+RAWMAX = [("""        m_ij = max(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale)
+        qk = qk * qk_scale - m_ij  # [TILE_M, TILE_N]
+
+        # attention weights
+        p = ct.exp2(qk, flush_to_zero=True)  # [TILE_M, TILE_N]
+        l_ij = ct.sum(p, axis=-1, keepdims=True)  # [TILE_M, 1]
+        alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)  # [TILE_M, 1]
+""", """        m_ij = max(m_i, ct.max(qk, axis=-1, keepdims=True))   # raw units (SPAK)
+        mb = m_ij * qk_scale
+        p = ct.exp2(qk * qk_scale - mb, flush_to_zero=True)  # [TILE_M, TILE_N]
+        l_ij = ct.sum(p, axis=-1, keepdims=True)  # [TILE_M, 1]
+        alpha = ct.exp2(m_i * qk_scale - mb, flush_to_zero=True)  # [TILE_M, 1]
+""")]
+
+_LOOP_HEAD = "    for j in range(0, Tc):\n"
+_LOOP_END = "        m_i = m_ij  # [TILE_M, 1]\n"
+_MASK_IF = "        if (CAUSAL or not EVEN_K) and j >= mask_start:\n"
+
+
+def two_loops(text: str) -> str:
+    """The sample's key loop as SPAK's two: tiles [0, mask_start) without the mask code,
+    then [mask_start, Tc) with it (mask_start <= Tc: the sample clamps it to the keys)."""
+    start, end = text.index(_LOOP_HEAD), text.index(_LOOP_END) + len(_LOOP_END)
+    body = text[start + len(_LOOP_HEAD):end]
+    i = body.index(_MASK_IF)
+    j = body.index("        # --- Online Softmax Update ---")
+    plain = body[:i] + body[j:]
+    masked = body.replace(_MASK_IF, "        if CAUSAL or not EVEN_K:\n")
+    loops = ("    for j in range(0, min(mask_start, Tc)):\n" + plain
+             + "    for j in range(min(mask_start, Tc), Tc):\n" + masked)
+    return text[:start] + loops + text[end:]
+
+
+VARIANTS = {
+    "s_same": ([], False, False),                  # an identical copy: the run's noise
+    "s_reversed": (REVERSED, False, False),
+    "s_ourgrid": (OURGRID, False, True),
+    "s_twoloop": ([], True, False),
+    "s_rawmax": (RAWMAX, False, False),
+    "s_ours": (REVERSED + OURGRID + RAWMAX, True, True),
+}
+
+
+def apply(text: str, edits) -> str:
+    for old, new in edits:
+        n = text.count(old)
+        if n != 1:
+            raise SystemExit(f"fwd_sample_variants: edit target found {n} times (want 1):\n{old}")
+        text = text.replace(old, new)
+    return text
+
+
+def variant_text(name: str) -> str:
+    edits, split, grid = VARIANTS[name]
+    text = apply(SAMPLE.read_text(), edits)
+    if split:
+        text = two_loops(text)
+    header = f"# fwd_sample_variants.py: {name} (generated; see that script)\n"
+    return header + text + (OURGRID_LAUNCH if grid else "")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__)
+        return 2
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    for name in VARIANTS:
+        (out / f"{name}.py").write_text(variant_text(name))
+        print(out / f"{name}.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
