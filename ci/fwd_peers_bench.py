@@ -290,6 +290,8 @@ def sample_launch(sample, q, k, v, out, cfg: dict, causal: bool, scale: float):
     if hasattr(sample, "sample_grid"):      # round 6 (ci/fwd_sample_variants.py): SPAK's grid
         grid = sample.sample_grid(grid[0], B, Hq)
     args = (q, k, v, out, scale, 0, D, Hq, tm, tn, Hq // k.shape[1], causal, Sk % tn == 0)
+    if hasattr(sample, "sample_args"):      # round 6b: a variant with spak's extra parameters
+        args = sample.sample_args(args)
     return lambda: ct.launch(torch.cuda.current_stream(), grid, kern, args)
 
 

@@ -14,10 +14,14 @@ W=/tmp/round6ab && rm -rf $W && mkdir -p $W
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $W/gpu.txt 2>&1
 python ci/fwd_sample_variants.py $W/svar > /dev/null || { echo "fwd_sample_variants failed"; exit 1; }
 V=""
-for n in s_same s_reversed s_ourgrid s_twoloop s_rawmax s_ours; do V="$V --sample-variant $n=$W/svar/$n.py"; done
+# Round 6b (after run 1): VARIANTS="s_same s_ours s_guards s_selmask s_params s_ours2"
+# SHAPES="32x32x512x64/causal 16x32x1024x64/causal 8x32x2048x64/causal"
+for n in ${VARIANTS:-s_same s_reversed s_ourgrid s_twoloop s_rawmax s_ours}; do
+  V="$V --sample-variant $n=$W/svar/$n.py"; done
+SHAPES=${SHAPES:-"32x32x512x64/causal 16x32x1024x64/causal 8x32x2048x64/causal \
+  4x16x4096x128/noncausal 2x16x8192x128/noncausal"}
 python ci/fwd_peers_bench.py --out $W/peers --budget-s ${AB_BUDGET_S:-300} --compile-jobs 14 \
-  --dtypes fp16 --repeats 3 --shapes 32x32x512x64/causal 16x32x1024x64/causal \
-  8x32x2048x64/causal 4x16x4096x128/noncausal 2x16x8192x128/noncausal $V \
+  --dtypes fp16 --repeats 3 --shapes $SHAPES $V \
   > $W/bench-stdout.txt 2>&1
 echo "bench rc $?" >> $W/bench-stdout.txt
 rm -rf $W/svar

@@ -19,6 +19,14 @@ loses the sample's lead names the part of our source that costs it.
               rescale exp2(m_old * scale - mb) (the sample: scaled max, exp2(m_old - m_new));
               other output bits than the sample's (alpha's rounding), same tolerance
   s_ours      all four
+Round 6b (s_ours + one more of ours each; s_ours2 all of them):
+  s_guards    the huge-logit guard (per-row multiplier select against a threshold, offset
+              clamp; the power-of-two multiplier a stand-in, never selected by these inputs)
+              and the dead-row epilogue (l == 0 -> output 0)
+  s_selmask   the mask as a select (where(keep, qk, -inf)) instead of adding where(keep, 0, -inf)
+  s_pad       padding_mode ZERO on the Q, K and V loads
+  s_params    our extra parameters: a Mask array (a dummy (1, 1, 1, 1), as spak passes when
+              there is no mask) and a second float scale; sample_args(args) inserts them
 
 Edits are exact-match replacements that must each match once, so a change of the vendored
 file fails loudly instead of writing a variant that is not what its name says.
@@ -66,6 +74,65 @@ RAWMAX = [("""        m_ij = max(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_sc
         alpha = ct.exp2(m_i * qk_scale - mb, flush_to_zero=True)  # [TILE_M, 1]
 """)]
 
+GUARDS = [("""        m_ij = max(m_i, ct.max(qk, axis=-1, keepdims=True))   # raw units (SPAK)
+        mb = m_ij * qk_scale
+        p = ct.exp2(qk * qk_scale - mb, flush_to_zero=True)  # [TILE_M, TILE_N]
+        l_ij = ct.sum(p, axis=-1, keepdims=True)  # [TILE_M, 1]
+        alpha = ct.exp2(m_i * qk_scale - mb, flush_to_zero=True)  # [TILE_M, 1]
+""", """        m_ij = max(m_i, ct.max(qk, axis=-1, keepdims=True))   # raw units (SPAK)
+        c_row = ct.where(ct.abs(m_ij) >= huge_max, qk_pow2, qk_scale)
+        mb = ct.maximum(m_ij * c_row, -3.4028234663852886e38)
+        p = ct.exp2(qk * c_row - mb, flush_to_zero=True)  # [TILE_M, TILE_N]
+        l_ij = ct.sum(p, axis=-1, keepdims=True)  # [TILE_M, 1]
+        alpha = ct.exp2(m_i * c_row - mb, flush_to_zero=True)  # [TILE_M, 1]
+"""), ("""    qk_scale = qk_scale * INV_LOG_2
+""", """    qk_scale = qk_scale * INV_LOG_2
+    huge_max = ct.truediv(16777216.0, qk_scale, flush_to_zero=True,
+                          rounding_mode=RMd.APPROX)
+    qk_pow2 = qk_scale * 0.5          # stand-in for spak's power-of-two multiplier
+"""), ("""    acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RMd.APPROX)
+""", """    has_keys = l_i != 0.0
+    acc = ct.truediv(acc, ct.where(has_keys, l_i, 1.0), flush_to_zero=True,
+                     rounding_mode=RMd.APPROX)
+    acc = ct.where(has_keys, acc, 0.0)
+""")]
+
+SELMASK = [("""            mask = ct.where(mask, 0.0, -np.inf)  # [TILE_M, TILE_N]
+            qk += mask
+""", """            qk = ct.where(mask, qk, -np.inf)  # [TILE_M, TILE_N] (SPAK's select)
+""")]
+
+PAD = [("""        Q, index=(batch_idx, head_idx, bid_x, 0), shape=(1, 1, TILE_M, TILE_D)
+    )""", """        Q, index=(batch_idx, head_idx, bid_x, 0), shape=(1, 1, TILE_M, TILE_D),
+        padding_mode=ct.PaddingMode.ZERO,
+    )"""), ("""            order=(0, 1, 3, 2),
+            latency=2,
+""", """            order=(0, 1, 3, 2),
+            latency=2, padding_mode=ct.PaddingMode.ZERO,
+"""), ("""            latency=4,
+""", """            latency=4, padding_mode=ct.PaddingMode.ZERO,
+""")]
+
+PARAMS = [("""def fmha_kernel(Q, K, V, Out,
+                qk_scale: float,
+""", """def fmha_kernel(Q, K, V, Out, Mask,
+                qk_scale: float, qk_scale_pow2: float,
+""")]
+PARAMS_LAUNCH = '''
+
+def sample_args(args):
+    """The sample's arguments with spak's extra ones inserted: a dummy Mask after Out (what
+    spak passes when there is no mask) and a second float after the scale."""
+    q = args[0]
+    if type(q).__module__.startswith("torch"):     # numpy arrays have .device too
+        import torch
+        mask = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=q.device)
+    else:
+        import numpy
+        mask = numpy.zeros((1, 1, 1, 1), numpy.float32)
+    return (*args[:4], mask, args[4], args[4] * 0.5, *args[5:])
+'''
+
 _LOOP_HEAD = "    for j in range(0, Tc):\n"
 _LOOP_END = "        m_i = m_ij  # [TILE_M, 1]\n"
 _MASK_IF = "        if (CAUSAL or not EVEN_K) and j >= mask_start:\n"
@@ -85,13 +152,21 @@ def two_loops(text: str) -> str:
     return text[:start] + loops + text[end:]
 
 
+_OURS = REVERSED + OURGRID + RAWMAX
+# name -> (edits, two key loops?, appended launch hooks)
 VARIANTS = {
-    "s_same": ([], False, False),                  # an identical copy: the run's noise
-    "s_reversed": (REVERSED, False, False),
-    "s_ourgrid": (OURGRID, False, True),
-    "s_twoloop": ([], True, False),
-    "s_rawmax": (RAWMAX, False, False),
-    "s_ours": (REVERSED + OURGRID + RAWMAX, True, True),
+    "s_same": ([], False, ""),                   # an identical copy: the run's noise
+    "s_reversed": (REVERSED, False, ""),
+    "s_ourgrid": (OURGRID, False, OURGRID_LAUNCH),
+    "s_twoloop": ([], True, ""),
+    "s_rawmax": (RAWMAX, False, ""),
+    "s_ours": (_OURS, True, OURGRID_LAUNCH),
+    # round 6b: s_ours plus one more of ours each, then all
+    "s_guards": (_OURS + GUARDS, True, OURGRID_LAUNCH),
+    "s_selmask": (_OURS + SELMASK, True, OURGRID_LAUNCH),
+    "s_pad": (_OURS + PAD, True, OURGRID_LAUNCH),
+    "s_params": (_OURS + PARAMS, True, OURGRID_LAUNCH + PARAMS_LAUNCH),
+    "s_ours2": (_OURS + GUARDS + SELMASK + PAD + PARAMS, True, OURGRID_LAUNCH + PARAMS_LAUNCH),
 }
 
 
@@ -105,12 +180,12 @@ def apply(text: str, edits) -> str:
 
 
 def variant_text(name: str) -> str:
-    edits, split, grid = VARIANTS[name]
-    text = apply(SAMPLE.read_text(), edits)
+    edits, split, hooks = VARIANTS[name]
+    text = apply(SAMPLE.read_text(), edits)     # on the one loop: each edit matches once
     if split:
         text = two_loops(text)
     header = f"# fwd_sample_variants.py: {name} (generated; see that script)\n"
-    return header + text + (OURGRID_LAUNCH if grid else "")
+    return header + text + hooks
 
 
 def main(argv=None) -> int:

@@ -1,9 +1,10 @@
 """ci/fwd_sample_variants.py (issue 17 round 6: copies of NVIDIA's sample with one of SPAK's
 choices each): every variant generates from the vendored sample, and in the simulator,
-launched as ci/fwd_peers_bench.sample_launch launches the sample (its grid, or the
-variant's sample_grid), gives the sample's output bits where the arithmetic is the same
-(block order, grid, loop split) and float64's answer within fp16 tolerance where it is not
-(SPAK's softmax step)."""
+launched as ci/fwd_peers_bench.sample_launch launches the sample (its grid or the
+variant's sample_grid, its arguments or the variant's sample_args), gives the sample's
+output bits where the arithmetic is the same (block order, grid, loop split), s_ours's bits
+for round 6b's additions to s_ours, and float64's answer within fp16 tolerance where the
+arithmetic differs (SPAK's softmax step)."""
 from __future__ import annotations
 
 import importlib.util
@@ -21,6 +22,9 @@ sys.path.insert(0, str(ROOT / "ci"))
 import fwd_sample_variants  # noqa: E402
 
 SAME_BITS = ("s_same", "s_reversed", "s_ourgrid", "s_twoloop")
+# round 6b: s_ours plus guards / select mask / padding / parameters: s_ours's arithmetic on
+# finite inputs whose rows all see a key (the guards then select nothing)
+SAME_AS_OURS = ("s_guards", "s_selmask", "s_pad", "s_params", "s_ours2")
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +51,8 @@ def _run(mod, q, k, v, causal, tm, tn):
         grid = mod.sample_grid(grid[0], B, Hq)
     args = (q, k, v, out, 1.0 / math.sqrt(D), 0, D, Hq, tm, tn, Hq // k.shape[1], causal,
             Sk % tn == 0)
+    if hasattr(mod, "sample_args"):
+        args = mod.sample_args(args)
     sim.launch(mod.fmha_kernel, grid, args)
     return out
 
@@ -82,14 +88,16 @@ def test_sample_variants_match_the_sample(variants, case):
     q = rng.standard_normal((B, Hq, S, D)).astype(np.float16)
     k, v = (rng.standard_normal((B, Hkv, S, D)).astype(np.float16) for _ in range(2))
     base = _run(_load(fwd_sample_variants.SAMPLE), q, k, v, causal, tm, tn)
+    ours = _run(_load(variants / "s_ours.py"), q, k, v, causal, tm, tn)
     ref = _reference(q, k, v, causal)
     assert np.isfinite(base).all()
     assert np.abs(base - ref).max() < 2e-3
     for name in fwd_sample_variants.VARIANTS:
         out = _run(_load(variants / f"{name}.py"), q, k, v, causal, tm, tn)
         assert np.isfinite(out).all(), name
-        if name in SAME_BITS:
-            np.testing.assert_array_equal(out.view(np.uint16), base.view(np.uint16),
+        if name in SAME_BITS or name in SAME_AS_OURS:
+            want = base if name in SAME_BITS else ours
+            np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16),
                                           err_msg=name)
-        else:
+        if name not in SAME_BITS:
             assert np.abs(out - ref).max() < 2e-3, name
