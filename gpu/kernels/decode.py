@@ -161,7 +161,11 @@ def _segment(Cu, b, total):
     return start, stop - start
 
 
-@ct.kernel
+# occupancy 4 (TileGym's reduce's hint; a scheduling hint, the same arithmetic and bits):
+# H100, results/decode-h100-2026-11-24e run 2, the whole call 0.99-1.09x of the hintless
+# combine (64x32:1x1:8192 2408 -> 2626 GB/s, 8x32:1x1:8192 1632 -> 1707); sm_90 only
+# (measured there)
+@ct.kernel(occupancy=ct.ByTarget(sm_90=4))
 def decode_combine_kernel(Acc, Mx, Lx, Out,
                           SPLITS_T: ConstInt,     # power of two >= the split count
                           DV_T: ConstInt):        # output columns per block
