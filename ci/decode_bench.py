@@ -948,6 +948,31 @@ def _shape_key(r):
     return tuple(r[k] for k in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "dtype"))
 
 
+def open_rows(out: str):
+    """(rows, emit, log) of a GPU run writing OUT/rows.jsonl: emit(row) appends a row to the
+    list and the file (flushed: a time limit keeps what was written), log(msg) prints it
+    at once; the first row (kind "env") says the GPU, torch, commit, date and arguments."""
+    import torch
+    from spak.results.provenance import commit_label
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    rows_f = open(os.path.join(out, "rows.jsonl"), "a")
+
+    def emit(row):
+        rows.append(row)
+        rows_f.write(json.dumps(row, default=str) + "\n")
+        rows_f.flush()
+
+    def log(msg):
+        print(msg, flush=True)
+    props = torch.cuda.get_device_properties(0)
+    emit(dict(kind="env", gpu=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
+              torch=torch.__version__, commit=commit_label(), date=time.strftime("%Y-%m-%d %H:%M"),
+              argv=sys.argv[1:]))
+    log(f"{rows[-1]}")
+    return rows, emit, log
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -970,25 +995,8 @@ def main(argv=None) -> int:
                     help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
                          "with every KT_FORM too (FORM_KNOBS)")
     args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
     import torch
-    rows = []
-    rows_f = open(os.path.join(args.out, "rows.jsonl"), "a")
-
-    def emit(row):
-        rows.append(row)
-        rows_f.write(json.dumps(row, default=str) + "\n")
-        rows_f.flush()
-
-    def log(msg):
-        print(msg, flush=True)
-
-    from spak.results.provenance import commit_label
-    props = torch.cuda.get_device_properties(0)
-    emit(dict(kind="env", gpu=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
-              torch=torch.__version__, commit=commit_label(), date=time.strftime("%Y-%m-%d %H:%M"),
-              argv=sys.argv[1:]))
-    log(f"{rows[-1]}")
+    rows, emit, log = open_rows(args.out)
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,

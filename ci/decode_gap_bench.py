@@ -22,11 +22,9 @@ Writes DIR/rows.jsonl and DIR/summary.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
-import time
 
 import numpy as np
 
@@ -263,22 +261,9 @@ def main() -> int:
     global COPIES, ONLY
     COPIES = a.copies
     ONLY = [n for n in a.only.split(",") if n]
-    os.makedirs(a.out, exist_ok=True)
     import torch
-    rows = []
-    f = open(os.path.join(a.out, "rows.jsonl"), "a")
-
-    def emit(row):
-        rows.append(row)
-        f.write(json.dumps(row, default=str) + "\n")
-        f.flush()
-
-    def log(msg):
-        print(msg, flush=True)
-    from spak.results.provenance import commit_label
-    emit(dict(kind="env", gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
-              commit=commit_label(), date=time.strftime("%Y-%m-%d %H:%M"), argv=sys.argv[1:]))
-    log(str(rows[-1]))
+    from decode_bench import open_rows
+    rows, emit, log = open_rows(a.out)
     if not a.no_warm:
         warm(a.jobs, log)
     dev = torch.device("cuda")

@@ -40,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "ci" / "peers" / "cutile_sample_fmha.py"
+sys.path.insert(0, str(ROOT / "ci"))
+from fwd_variants import apply, write_variants  # noqa: E402
 
 REVERSED = [("""    bid_x = ct.bid(0)
 """, """    bid_x = ct.bid(0)
@@ -170,18 +172,9 @@ VARIANTS = {
 }
 
 
-def apply(text: str, edits) -> str:
-    for old, new in edits:
-        n = text.count(old)
-        if n != 1:
-            raise SystemExit(f"fwd_sample_variants: edit target found {n} times (want 1):\n{old}")
-        text = text.replace(old, new)
-    return text
-
-
 def variant_text(name: str) -> str:
     edits, split, hooks = VARIANTS[name]
-    text = apply(SAMPLE.read_text(), edits)     # on the one loop: each edit matches once
+    text = apply(SAMPLE.read_text(), edits, "fwd_sample_variants")  # one loop: each matches once
     if split:
         text = two_loops(text)
     header = f"# fwd_sample_variants.py: {name} (generated; see that script)\n"
@@ -189,16 +182,7 @@ def variant_text(name: str) -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print(__doc__)
-        return 2
-    out = Path(argv[0])
-    out.mkdir(parents=True, exist_ok=True)
-    for name in VARIANTS:
-        (out / f"{name}.py").write_text(variant_text(name))
-        print(out / f"{name}.py")
-    return 0
+    return write_variants(argv, __doc__, VARIANTS, variant_text)
 
 
 if __name__ == "__main__":

@@ -167,28 +167,35 @@ IMPORT = ("from .common import FLOAT32_MAX, LOG2E, NEG_INF",
           "from spak.gpu.kernels.common import FLOAT32_MAX, LOG2E, NEG_INF")
 
 
-def apply(text: str, edits) -> str:
+def apply(text: str, edits, who: str = "fwd_variants") -> str:
     for old, new in edits:
         n = text.count(old)
         if n != 1:
-            raise SystemExit(f"fwd_variants: edit target found {n} times (want 1):\n{old}")
+            raise SystemExit(f"{who}: edit target found {n} times (want 1):\n{old}")
         text = text.replace(old, new)
     return text
 
 
-def main(argv=None) -> int:
+def write_variants(argv, doc: str, names, text_of) -> int:
+    """The scripts' command line: OUT_DIR -> OUT_DIR/<name>.py with text_of(name) each."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0].startswith("-"):
-        print(__doc__)
+        print(doc)
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
-    base = FUSED.read_text()
-    for name, edits in VARIANTS.items():
-        text = apply(apply(base, [IMPORT]), edits) + APPENDIX.get(name, "")
-        (out / f"{name}.py").write_text(text)
+    for name in names:
+        (out / f"{name}.py").write_text(text_of(name))
         print(out / f"{name}.py")
     return 0
+
+
+def variant_text(name: str) -> str:
+    return apply(apply(FUSED.read_text(), [IMPORT]), VARIANTS[name]) + APPENDIX.get(name, "")
+
+
+def main(argv=None) -> int:
+    return write_variants(argv, __doc__, VARIANTS, variant_text)
 
 
 if __name__ == "__main__":

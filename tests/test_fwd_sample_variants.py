@@ -7,7 +7,6 @@ for round 6b's additions to s_ours, and float64's answer within fp16 tolerance w
 arithmetic differs (SPAK's softmax step)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from spak import sim
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci"))
 import fwd_sample_variants  # noqa: E402
+from fwd_peers_bench import load_module  # noqa: E402
 
 SAME_BITS = ("s_same", "s_reversed", "s_ourgrid", "s_twoloop")
 # round 6b: s_ours plus guards / select mask / padding / parameters: s_ours's arithmetic on
@@ -32,13 +32,6 @@ def variants(tmp_path_factory):
     out = tmp_path_factory.mktemp("svar")
     assert fwd_sample_variants.main([str(out)]) == 0
     return out
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"svariant_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _run(mod, q, k, v, causal, tm, tn):
@@ -69,7 +62,7 @@ def _reference(q, k, v, causal):
 
 def test_every_variant_generates(variants):
     assert {p.stem for p in variants.glob("*.py")} == set(fwd_sample_variants.VARIANTS)
-    assert hasattr(_load(variants / "s_ourgrid.py"), "sample_grid")
+    assert hasattr(load_module(variants / "s_ourgrid.py", "s_ourgrid"), "sample_grid")
     two = (variants / "s_twoloop.py").read_text()
     assert two.count("for j in range(") == 2 and "j >= mask_start" not in two
 
@@ -87,13 +80,13 @@ def test_sample_variants_match_the_sample(variants, case):
     rng = np.random.default_rng(6)
     q = rng.standard_normal((B, Hq, S, D)).astype(np.float16)
     k, v = (rng.standard_normal((B, Hkv, S, D)).astype(np.float16) for _ in range(2))
-    base = _run(_load(fwd_sample_variants.SAMPLE), q, k, v, causal, tm, tn)
-    ours = _run(_load(variants / "s_ours.py"), q, k, v, causal, tm, tn)
+    base = _run(load_module(fwd_sample_variants.SAMPLE, "sample"), q, k, v, causal, tm, tn)
+    ours = _run(load_module(variants / "s_ours.py", "s_ours"), q, k, v, causal, tm, tn)
     ref = _reference(q, k, v, causal)
     assert np.isfinite(base).all()
     assert np.abs(base - ref).max() < 2e-3
     for name in fwd_sample_variants.VARIANTS:
-        out = _run(_load(variants / f"{name}.py"), q, k, v, causal, tm, tn)
+        out = _run(load_module(variants / f"{name}.py", name), q, k, v, causal, tm, tn)
         assert np.isfinite(out).all(), name
         if name in SAME_BITS or name in SAME_AS_OURS:
             want = base if name in SAME_BITS else ours
