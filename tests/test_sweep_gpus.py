@@ -151,16 +151,20 @@ def _cli(args, **kw):
                           capture_output=True, text=True, **kw)
 
 
-def _wait_rows(out, n, proc, limit=60):
+def _wait_rows(out, n, proc, limit=60, until=lambda rows: True):
+    """Until `out` holds n result rows and until(rows) holds, the process ends, or `limit` s."""
     t = time.time()
-    while time.time() - t < limit and len(_results(out)) < n and proc.poll() is None:
+    while time.time() - t < limit and proc.poll() is None:
+        rows = _results(out)
+        if len(rows) >= n and until(rows):
+            return
         time.sleep(0.05)
 
 
 @pytest.mark.slow
 def test_cli_worker_killed_mid_job_and_driver_killed_then_resumed(tmp_path):
     out = tmp_path / "k.jsonl"
-    args = ["--runner", "fake:" + json.dumps({"delay_s": 0.2}), "--shapes", *SHAPES,
+    args = ["--runner", "fake:" + json.dumps({"delay_s": 0.4}), "--shapes", *SHAPES,
             "--space", *SPACE, "--out", str(out), "--compile-jobs", "0", "--gpus", "0,1"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "spak", "sweep", *args], cwd=ROOT, env=env,
@@ -169,7 +173,9 @@ def test_cli_worker_killed_mid_job_and_driver_killed_then_resumed(tmp_path):
     start = next(r for r in read_results(out) if r.get("kind") == "start")
     victim = start["gpus"][1]["pid"]
     os.kill(victim, signal.SIGKILL)                   # a worker, mid-job
-    _wait_rows(out, 12, proc)
+    # the killed job's retry runs on a fresh worker (process start-up: seconds on a loaded
+    # 2-core machine, while the other GPU goes on writing rows): wait for it too
+    _wait_rows(out, 12, proc, until=lambda rows: any(r.get("attempts") == 2 for r in rows))
     proc.send_signal(signal.SIGKILL)                  # then the driver
     proc.wait()
     before = _results(out)
