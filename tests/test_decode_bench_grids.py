@@ -39,3 +39,13 @@ def test_recheck_grid_interleaves_both_rules():
     for c in cases:
         assert list(c["extra"]) == ["prev", "new2", "prev2", "new3", "prev3"]
         assert c["extra"]["prev"] != c["extra"]["new2"]
+
+
+def test_every_graph_replay_makes_at_least_min_calls():
+    # one input set (K + V >= 256 MB) is called MIN_CALLS times a replay, so the replay's
+    # fixed cost is spread as for the smaller caches; several sets keep their rotation
+    assert bench.call_cycle(["a"]) == ["a"] * bench.MIN_CALLS
+    assert bench.call_cycle(["a", "b"]) == ["a", "b"] * (bench.MIN_CALLS // 2)
+    sets = [str(i) for i in range(8)]
+    assert bench.call_cycle(sets) == sets
+    assert bench.MIN_CALLS >= 4
