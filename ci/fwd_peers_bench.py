@@ -16,8 +16,9 @@ spak.fmha's launch arguments for the shape, its output bits compared with spak.f
 Timing: triton.testing.do_bench (median, L2 flushed before every rep; a fallback of the
 same method when triton is missing), providers in an order rotated by one per shape, the
 GPU spun 1 s before the first shape; --repeats N times each shape N rounds (later rounds in
-shuffled orders) and keeps each provider's median (ms_reps in the row: every reading). spak.fmha and sample@spak are also timed with SPAK's
-own timer (spak.device.timing.time_events, the method of `spak run` and the sweep).
+shuffled orders) and keeps each provider's median (ms_reps in the row: every reading).
+spak.fmha and sample@spak are also timed with SPAK's own timer
+(spak.device.timing.time_events, the method of `spak run` and the sweep).
 Correctness: every provider's output on fresh random inputs vs a float64 reference (max
 abs error printed); NaN, or an error above 10x cuDNN's, fails the shape loudly (exit 1).
 
