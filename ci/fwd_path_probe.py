@@ -46,6 +46,21 @@ def parse_shape(text: str):
     return B, H, S, D, mode == "causal"
 
 
+def _problem(B, H, S, D, causal, seed):
+    """fp16 q, k, v [B, H, S, D] (random, seeded), an output buffer, spak.fmha's config."""
+    import torch
+    import fwd_peers_bench as fpb
+    torch.manual_seed(seed)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+
+    class Spec:                          # what fpb.spak_config reads
+        pass
+    spec = Spec()
+    spec.dtype, spec.D, spec.causal, spec.Sk, spec.B, spec.Hq, spec.Sq = \
+        "fp16", D, causal, S, B, H, S
+    return q, k, v, torch.empty_like(q), fpb.spak_config(spec)
+
+
 def kernel_ms(fn, calls: int = 20) -> dict:
     """Mean GPU duration (ms) of each kernel name the calls launched, from torch.profiler."""
     import torch
@@ -85,15 +100,7 @@ def probe(shape: str, bench) -> dict:
     import spak
     import fwd_peers_bench as fpb
     B, H, S, D, causal = parse_shape(shape)
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
-    out = torch.empty_like(q)
-
-    class Spec:                          # what fpb.spak_config reads
-        pass
-    spec = Spec()
-    spec.dtype, spec.D, spec.causal, spec.Sk, spec.B, spec.Hq, spec.Sq = "fp16", D, causal, S, B, H, S
-    config = fpb.spak_config(spec)
+    q, k, v, out, config = _problem(B, H, S, D, causal, seed=0)
     import spak.gpu.kernels.fused as mod         # the kernel spak.fmha launches (a package module)
     paths = {"spak.fmha": lambda: spak.fmha(q, k, v, is_causal=causal),
              "direct": fpb.variant_launch(mod, q, k, v, out, causal, 1.0 / math.sqrt(D), config)}
@@ -125,20 +132,11 @@ def sdpa_fn(q, k, v, causal: bool, backend_name: str):
 
 def order_probe(shape: str, bench, orders: list[str]) -> dict:
     """do_bench TFLOPS of each provider in each order (the list timed twice in a row)."""
-    import torch
     import spak
     import fwd_peers_bench as fpb
     import spak.gpu.kernels.fused as mod
     B, H, S, D, causal = parse_shape(shape)
-    torch.manual_seed(1)
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
-    out = torch.empty_like(q)
-
-    class Spec:
-        pass
-    spec = Spec()
-    spec.dtype, spec.D, spec.causal, spec.Sk, spec.B, spec.Hq, spec.Sq = "fp16", D, causal, S, B, H, S
-    config = fpb.spak_config(spec)
+    q, k, v, out, config = _problem(B, H, S, D, causal, seed=1)
     fns = {"spak.fmha": lambda: spak.fmha(q, k, v, is_causal=causal),
            "direct": fpb.variant_launch(mod, q, k, v, out, causal, 1.0 / math.sqrt(D), config),
            "flash": sdpa_fn(q, k, v, causal, "flash"), "cudnn": sdpa_fn(q, k, v, causal, "cudnn")}
