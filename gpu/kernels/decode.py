@@ -452,21 +452,22 @@ def _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V):
 def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, LAT):
     """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h. K and V are 3D
     [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches."""
+    lat = LAT if LAT > 0 else None             # the loads' latency hint; None: the compiler's
     if K.ndim == 3:
         k_t = ct.load(K, index=(0, kv_h, j), shape=(HEAD_DIM, 1, TILE_N), order=(2, 1, 0),
                       padding_mode=ct.PaddingMode.ZERO,
-                      latency=LAT if LAT > 0 else None)
+                      latency=lat)
         v = ct.load(V, index=(j, kv_h, 0), shape=(TILE_N, 1, HEAD_DIM_V),
                     padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT if LAT > 0 else None)
+                    latency=lat)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if PAGE == 0:
         k_t = ct.load(K, index=(b, 0, kv_h, j), shape=(1, HEAD_DIM, 1, TILE_N),
                       order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
-                      latency=LAT if LAT > 0 else None)
+                      latency=lat)
         v = ct.load(V, index=(b, j, kv_h, 0), shape=(1, TILE_N, 1, HEAD_DIM_V),
                     padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT if LAT > 0 else None)
+                    latency=lat)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if TILE_N <= PAGE:
         # the tile lies inside one page: one table lookup serves K and V
@@ -475,10 +476,10 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
         sub = j % per_page
         k_t = ct.load(K, index=(page, 0, kv_h, sub), shape=(1, HEAD_DIM, 1, TILE_N),
                       order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
-                      latency=LAT if LAT > 0 else None)
+                      latency=lat)
         v = ct.load(V, index=(page, sub, kv_h, 0), shape=(1, TILE_N, 1, HEAD_DIM_V),
                     padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT if LAT > 0 else None)
+                    latency=lat)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     # several pages per tile; pages past the sequence's last one re-read that page (their
     # keys are masked), so no table entry past the sequence is ever read
@@ -492,11 +493,11 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
         k = ct.load_advanced_indexing(K, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, HEAD_DIM)),
                                       padding_mode=ct.PaddingMode.ZERO,
-                                      latency=LAT if LAT > 0 else None)
+                                      latency=lat)
         v = ct.load_advanced_indexing(V, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, HEAD_DIM_V)),
                                       padding_mode=ct.PaddingMode.ZERO,
-                                      latency=LAT if LAT > 0 else None)
+                                      latency=lat)
         return (ct.transpose(k.reshape((TILE_N, HEAD_DIM))),
                 v.reshape((TILE_N, HEAD_DIM_V)))
     # else one box per page, concatenated (ct.cat takes pairs)
@@ -509,15 +510,16 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
     """Key tile j of sequence b, kv head kv_h, of a 4D cache: X [TN, DIM] as stored, or
     X^T [DIM, TN] (T): contiguous and in-page tiles read transposed through the load's
     axis order, gathered pages transposed in registers, boxes concatenated side by side."""
+    lat = LAT if LAT > 0 else None             # the loads' latency hint; None: the compiler's
     if PAGE == 0:
         if T:
             x = ct.load(X, index=(b, 0, kv_h, j), shape=(1, DIM, 1, TILE_N),
                         order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
-                        latency=LAT if LAT > 0 else None)
+                        latency=lat)
             return x.reshape((DIM, TILE_N))
         x = ct.load(X, index=(b, j, kv_h, 0), shape=(1, TILE_N, 1, DIM),
                     padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT if LAT > 0 else None)
+                    latency=lat)
         return x.reshape((TILE_N, DIM))
     if TILE_N <= PAGE:
         per_page = PAGE // TILE_N
@@ -526,11 +528,11 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
         if T:
             x = ct.load(X, index=(page, 0, kv_h, sub), shape=(1, DIM, 1, TILE_N),
                         order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
-                        latency=LAT if LAT > 0 else None)
+                        latency=lat)
             return x.reshape((DIM, TILE_N))
         x = ct.load(X, index=(page, sub, kv_h, 0), shape=(1, TILE_N, 1, DIM),
                     padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT if LAT > 0 else None)
+                    latency=lat)
         return x.reshape((TILE_N, DIM))
     n = TILE_N // PAGE
     first = j * n
@@ -540,7 +542,7 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
         x = ct.load_advanced_indexing(X, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, DIM)),
                                       padding_mode=ct.PaddingMode.ZERO,
-                                      latency=LAT if LAT > 0 else None)
+                                      latency=lat)
         x = x.reshape((TILE_N, DIM))
         if T:
             return ct.transpose(x)
