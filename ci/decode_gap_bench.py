@@ -63,7 +63,7 @@ def providers(c, dev):
     lay = [dict(x, kl=x["ks"].transpose(1, 2), vl=x["vs"].transpose(1, 2)) for x in copies]
     x0 = copies[0]
     out = torch.empty_like(x0["q"])
-    tiles = (128, 64, 1, 0, 0, 0, 0)                 # TILE_N, MAX_ROWS, PAGE_MODE, OCC, ...
+    tiles = (128, 64, 1, 0, 0, 0, 0, 0)              # TILE_N, MAX_ROWS, PAGE_MODE, OCC, ...
     templates, shapes = _plan(x0["q"], x0["k"], x0["v"], lens, None, out, False,
                               128 ** -0.5, 0, *tiles)
     work = [torch.empty(s, dtype=torch.float32, device=dev) for s in shapes]

@@ -50,7 +50,10 @@ __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen
 #: kernel's CTAs a block (NUM_CTAS: 0 the compiler's choice; 2 a cluster of two CTAs,
 #: as the forward's c2 store entries at D = 128).
 #: LAT: the DRAM latency hint of the split kernel's K/V loads (1..10; 0 the compiler's).
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT")
+#: PAGE_AHEAD (paged caches): 1 looks up each key tile's page ids one step ahead (the
+#: K/V loads of a step then wait on no block-table load), 0 in the step itself.
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
+             "PAGE_AHEAD")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
 #: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
 #: causal, as spak.fmha; 0: the head tile fastest).
@@ -114,7 +117,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
-            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0}
+            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0, "PAGE_AHEAD": 0}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -210,7 +213,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none),
     "KT_FORM": -1..2 (KT_FORMS: rows or keys in the tensor cores' M; -1 KT_AUTO:
     choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
-    none), "LAT": 0..10 (the K/V loads' latency hint, 0: none)};
+    none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": 0 or 1
+    (paged: page ids looked up one key tile ahead)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -220,7 +224,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form, ctas, lat = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form, ctas, lat, ahead = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
@@ -242,7 +246,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
                          scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form,
-                         lat),
+                         lat, ahead),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -252,7 +256,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     splits_t, cdv = combine_tiles(splits, Dv)
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
-                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat),
+                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat,
+                     ahead),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
@@ -372,7 +377,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, bool]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -388,7 +393,9 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
     if ctas not in NUM_CTAS_VALUES:
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
-    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat
+    # only a paged cache has page ids to look up: contiguous plans keep one variant
+    ahead = bool(_check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], 0, 1)) and page > 0
+    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead
 
 
 def _resolve_alloc(alloc, q):

@@ -21,7 +21,8 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
   (the queries are the last Sq tokens); rows with no key give zeros. No effect at Sq = 1.
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
-  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT"}
+  {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
+  "PAGE_AHEAD"}
   (gpu.plan_decode: keys per step, most query rows per block, how a tile of several pages
   is read, the split kernel's occupancy hint, rows or keys in the tensor cores' M: -1
   auto, 0 rows, 1 keys, 2 keys_vt; the split kernel's CTAs a block: 0 no hint, 1, 2, 4;
@@ -53,7 +54,8 @@ __all__ = ["fmha_kvcache", "validate"]
 INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
-TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT")
+TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
+             "PAGE_AHEAD")
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
 KT_FORMS = (-1, 0, 1, 2)             # = gpu.plan_decode.KT_AUTO and KT_FORMS
 OCCUPANCIES = (0, 1, 2, 3, 4)        # = gpu.plan_decode.OCCUPANCIES
@@ -128,7 +130,8 @@ def _check_options(is_causal, num_splits, tiles):
                         "OCCUPANCY": (OCCUPANCIES, "0: the compiler's choice"),
                         "KT_FORM": (KT_FORMS, "-1 auto, 0 rows, 1 keys, 2 keys_vt"),
                         "NUM_CTAS": (NUM_CTAS_VALUES, "0 no hint, else CTAs a block"),
-                        "LAT": (LATENCIES, "0: the compiler's choice")})
+                        "LAT": (LATENCIES, "0: the compiler's choice"),
+                        "PAGE_AHEAD": ((0, 1), "1: page ids one key tile ahead")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -170,14 +173,14 @@ _PLANS: dict = {}
 
 
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
     key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
            None if block_table is None else block_table.shape,
            is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
-           num_ctas, lat)
+           num_ctas, lat, ahead)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -193,7 +196,8 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
                            causal=is_causal, scale=scale, num_splits=num_splits or None,
                            tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
                                   "PAGE_MODE": page_mode, "OCCUPANCY": occupancy,
-                                  "KT_FORM": kt_form, "NUM_CTAS": num_ctas, "LAT": lat},
+                                  "KT_FORM": kt_form, "NUM_CTAS": num_ctas, "LAT": lat,
+                                  "PAGE_AHEAD": ahead},
                            num_sms=_num_sms(q.device.index), alloc=alloc)
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
@@ -245,7 +249,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
           page_mode: int, occupancy: int, kt_form: int, num_ctas: int,
-          lat: int) -> torch.Tensor:
+          lat: int, ahead: int = 0) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -262,7 +266,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                            kt_form)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
                               num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
-                              num_ctas, lat)
+                              num_ctas, lat, ahead)
     # one workspace allocation per call, through torch's caching allocator (and its
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
@@ -334,7 +338,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=0):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
@@ -362,7 +366,7 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
     args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
             1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
             cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"],
-            cfg["KT_FORM"], cfg["NUM_CTAS"], cfg["LAT"])
+            cfg["KT_FORM"], cfg["NUM_CTAS"], cfg["LAT"], cfg["PAGE_AHEAD"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd

@@ -70,7 +70,8 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         SPLIT: ConstBool,       # write partials (several splits)
                         CAUSAL: ConstBool,
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
-                        LAT: ConstInt = 0):     # DRAM latency hint of K/V loads; 0 none
+                        LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
+                        AHEAD: ConstBool = False):  # paged: page ids one tile ahead
     t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
@@ -80,14 +81,14 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
     if KT_FORM == 0:
         m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
                                 Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
-                                PAGE, PAGE_MODE, CAUSAL, Q.dtype, LAT)
+                                PAGE, PAGE_MODE, CAUSAL, Q.dtype, LAT, AHEAD)
         _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V,
                 SPLIT)
     else:
         m_i, l_i, acc = _attend_keys(ct.transpose(q), K, V, BT, b, kv_h, qt, split,
                                      ct.num_blocks(1), L, Q.shape[1], scale, HEAD_DIM,
                                      HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL,
-                                     Q.dtype, KT_FORM == 2, LAT)
+                                     Q.dtype, KT_FORM == 2, LAT, AHEAD)
         ROWS = SQ_T * GT
         _finish(Out, Acc, Mx, Lx, m_i.reshape((ROWS, 1)), l_i.reshape((ROWS, 1)), acc,
                 b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT)
@@ -147,7 +148,7 @@ def varlen_kernel(Q, K, V, CuQ, CuK, Out,
                     padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
         m_i, l_i, acc = _attend(q, Ks, Vs, CuK, b, kv_h, qt, 0, 1, lk, lq, scale,
                                 HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, 0, False, CAUSAL,
-                                Q.dtype, 0)
+                                Q.dtype, 0, False)
         out = _normalise(acc, l_i).astype(Out.dtype)
         ct.store(Out.slice(0, q0, q0 + lq), index=(qt, t, 0),
                  tile=out.reshape((SQ_T, GT, HEAD_DIM_V)))
@@ -266,9 +267,12 @@ def _seq_len(Lens, BT, K, b, PAGE):
 # One block: the split's key tiles through an online softmax
 # --------------------------------------------------------------------------------------
 def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
-            HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype, LAT):
+            HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype, LAT,
+            AHEAD):
     """(m, l, acc) of the block's rows over its split's keys; m in log2 units. LAT: the
-    K/V loads' DRAM latency hint (1..10; 0 the compiler's choice)."""
+    K/V loads' DRAM latency hint (1..10; 0 the compiler's choice). AHEAD (paged caches):
+    each step looks up the NEXT tile's page ids (_page_ids), so a tile's K/V addresses
+    are known when its step starts instead of waiting on a block-table load."""
     ROWS = SQ_T * GT
     first_q = qt * SQ_T
     diag = L - seq_q                       # row i sees keys j <= i + diag (causal)
@@ -292,14 +296,26 @@ def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     l_i = ct.full((ROWS, 1), 0.0, dtype=ct.float32)
     acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
     # two loops: interior tiles take no index arithmetic or selects (as in fused.py)
+    ahead = AHEAD and PAGE > 0
+    pg = 0                                 # the current tile's page ids (ahead only)
+    if ahead:
+        pg = _page_ids(BT, b, j0, L, TILE_N, PAGE)
     for j in range(j0, mid):
+        if ahead:
+            pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
         k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
-                          PAGE_MODE, LAT)
+                          PAGE_MODE, LAT, pg, ahead)
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
-    for j in range(mid, j1):
+        if ahead:
+            pg = pg_next
+    for j in range(mid, j1):               # pg: tile mid's ids, from the loop above or j0's
+        if ahead:
+            pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
         k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
-                          PAGE_MODE, LAT)
+                          PAGE_MODE, LAT, pg, ahead)
+        if ahead:
+            pg = pg_next
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
         s, v = _mask_tail(s, v, j * TILE_N, key_offs, L, q_pos, CAUSAL, TILE_N)
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
@@ -339,7 +355,7 @@ def _softmax_step(s, v, m_i, l_i, acc, in_dtype):
 # --------------------------------------------------------------------------------------
 def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
                  HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype,
-                 VT, LAT):
+                 VT, LAT, AHEAD):
     """(m [1, ROWS], l [1, ROWS], acc [ROWS, Dv]) like _attend, with the keys in the
     tensor cores' M dimension: S^T [TN, ROWS] = K [TN, D] @ Q^T [D, ROWS]. K is used as
     loaded (no [TN, D] -> [D, TN] transpose, which a gathered page tile must do in
@@ -379,14 +395,30 @@ def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
         acc = ct.full((HEAD_DIM_V, ROWS), 0.0, dtype=ct.float32)
     else:
         acc = ct.full((ROWS, HEAD_DIM_V), 0.0, dtype=ct.float32)
+    ahead = AHEAD and PAGE > 0             # as in _attend
+    pg = 0
+    if ahead:
+        pg = _page_ids(BT, b, j0, L, TILE_N, PAGE)
     for j in range(j0, mid):
-        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT)
-        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT)
+        if ahead:
+            pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
+        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT,
+                  pg, ahead)
+        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT,
+                  pg, ahead)
         s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
         m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
+        if ahead:
+            pg = pg_next
     for j in range(mid, j1):
-        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT)
-        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT)
+        if ahead:
+            pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
+        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT,
+                  pg, ahead)
+        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT,
+                  pg, ahead)
+        if ahead:
+            pg = pg_next
         s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
         s, v = _mask_tail_keys(s, v, j * TILE_N, key_offs, L, q_pos, CAUSAL, TILE_N, VT)
         m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
@@ -449,9 +481,24 @@ def _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V):
 # --------------------------------------------------------------------------------------
 # K/V tiles: contiguous or through the page table
 # --------------------------------------------------------------------------------------
-def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, LAT):
+def _page_ids(BT, b, j, L, TILE_N, PAGE):
+    """The page ids key tile j of sequence b reads: one (a 0-d tile) where a tile lies in
+    one page (TILE_N <= PAGE), else its TILE_N // PAGE pages [n]. Pages past the sequence's
+    last clamp to it and a sequence without keys reads padding (gather is bounds-checked),
+    so a look-up one tile past a split's end (the step-ahead of AHEAD) stays in bounds."""
+    last = ct.cdiv(L, PAGE) - 1
+    if TILE_N <= PAGE:
+        return ct.gather(BT, (b, min(j // (PAGE // TILE_N), last)))
+    n = TILE_N // PAGE
+    return ct.gather(BT, (b, ct.minimum(j * n + ct.arange(n, dtype=ct.int32), last)))
+
+
+def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, LAT,
+             pg, AHEAD):
     """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h. K and V are 3D
-    [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches."""
+    [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches. AHEAD: pg
+    holds the tile's page ids (_page_ids, looked up a step earlier); else they are looked
+    up here."""
     lat = LAT if LAT > 0 else None             # the loads' latency hint; None: the compiler's
     if K.ndim == 3:
         k_t = ct.load(K, index=(0, kv_h, j), shape=(HEAD_DIM, 1, TILE_N), order=(2, 1, 0),
@@ -472,7 +519,10 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
     if TILE_N <= PAGE:
         # the tile lies inside one page: one table lookup serves K and V
         per_page = PAGE // TILE_N
-        page = ct.load(BT, index=(b, j // per_page), shape=())
+        if AHEAD:
+            page = pg
+        else:
+            page = ct.load(BT, index=(b, j // per_page), shape=())
         sub = j % per_page
         k_t = ct.load(K, index=(page, 0, kv_h, sub), shape=(1, HEAD_DIM, 1, TILE_N),
                       order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,
@@ -489,7 +539,11 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
     if PAGE_MODE == 1:
         # one load per tile: the tile's page ids are the sparse dimension of the cache,
         # [n, PAGE, 1, D] in one go instead of n small boxes concatenated
-        pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32), last)))
+        if AHEAD:
+            pages = pg
+        else:
+            pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32),
+                                                 last)))
         k = ct.load_advanced_indexing(K, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, HEAD_DIM)),
                                       padding_mode=ct.PaddingMode.ZERO,
@@ -506,7 +560,7 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
     return k_t, v
 
 
-def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
+def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT, pg, AHEAD):
     """Key tile j of sequence b, kv head kv_h, of a 4D cache: X [TN, DIM] as stored, or
     X^T [DIM, TN] (T): contiguous and in-page tiles read transposed through the load's
     axis order, gathered pages transposed in registers, boxes concatenated side by side."""
@@ -523,7 +577,10 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
         return x.reshape((TILE_N, DIM))
     if TILE_N <= PAGE:
         per_page = PAGE // TILE_N
-        page = ct.load(BT, index=(b, j // per_page), shape=())
+        if AHEAD:
+            page = pg                          # looked up a step earlier (_page_ids)
+        else:
+            page = ct.load(BT, index=(b, j // per_page), shape=())
         sub = j % per_page
         if T:
             x = ct.load(X, index=(page, 0, kv_h, sub), shape=(1, DIM, 1, TILE_N),
@@ -538,7 +595,11 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT):
     first = j * n
     last = ct.cdiv(L, PAGE) - 1
     if PAGE_MODE == 1:
-        pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32), last)))
+        if AHEAD:
+            pages = pg
+        else:
+            pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32),
+                                                 last)))
         x = ct.load_advanced_indexing(X, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, DIM)),
                                       padding_mode=ct.PaddingMode.ZERO,
