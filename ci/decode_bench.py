@@ -237,6 +237,16 @@ def goal_rep_grid() -> list[dict]:
     return cases
 
 
+def goal_ahead_grid() -> list[dict]:
+    """2026-11-27 (issue 18): the goal grid at the defaults (page ids one tile ahead where
+    gpu.plan_decode.choose_page_ahead says so), the paged shapes also with the former
+    in-step look-up ("step": PAGE_AHEAD 0), the contiguous ones timed twice ("rep")."""
+    cases = goal_grid(False)
+    for c in cases:
+        c["extra"] = {"step": {"tiles": {"PAGE_AHEAD": 0}}} if c["page"] else {"rep": {}}
+    return cases
+
+
 #: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
 LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
@@ -998,7 +1008,7 @@ def main(argv=None) -> int:
     ap.add_argument("--few-only", action="store_true",
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
-                                       "recheck", "goal_rep"),
+                                       "recheck", "goal_rep", "goal_ahead"),
                     default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -1010,6 +1020,7 @@ def main(argv=None) -> int:
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
+            "goal_ahead": goal_ahead_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (

@@ -13,6 +13,8 @@ in `rounds` rounds, each in a freshly shuffled order (seeded) after one discarde
   contig          spak.fmha_kvcache on a contiguous cache (the defaults)
   p16, p16a       16-key pages, PAGE_AHEAD 0 / 1 (same cache, same table)
   p256, p256a     256-key pages, PAGE_AHEAD 0 / 1
+  p256a-alt       (--forms) p256a in the other form: rows (KT_FORM 0) where the plan picks
+                  keys_vt (MQA Sq 1), else keys_vt (2)
 GB/s = (K + V + Q + O bytes) / time (CUDA-graph replays of >= 4 calls over rotated input
 copies, ci/decode_bench.py's timer). On every timed shape the ahead outputs are compared
 bit for bit with the step-local ones (same cache), and everything with SDPA's on the
@@ -40,8 +42,10 @@ SHAPES = [(1, 8, 1, 8192), (1, 8, 1, 32768), (1, 1, 1, 32768), (1, 32, 1, 8192),
           (8, 1, 4, 32768), (64, 1, 4, 8192), (8, 32, 1, 32768), (8, 8, 1, 131072),
           (1, 1, 1, 131072), (64, 8, 4, 8192)]
 SHORT = SHAPES[:6]
+FORMS = False                  # --forms
 PROVIDERS = {"contig": (0, 0), "p16": (16, 0), "p16a": (16, 1), "p256": (256, 0),
              "p256a": (256, 1)}
+ALT = {"p256a-alt": (256, 1)}
 CHECK_CASES = ["2x8:1x4:77x64/causal/page16/lens=77:5/splits=3/bf16",
                "4x8:1x300x64/noncausal/page16/lens=0:1:17:300/fp16",
                "1x32:1x4:2048x128/causal/page16/fp16",
@@ -66,9 +70,13 @@ def providers(shape, dev):
     for page in (0, 16, 256):
         copies, lens = _make_copies(_case(shape, page), n, dev)
         sets[page] = (copies, lens)
-    for name, (page, ahead) in PROVIDERS.items():
+    from spak.gpu.plan_decode import choose_kt_form
+    alt = {"KT_FORM": 0 if choose_kt_form(32, Hkv, Sq, 256, 128) == 2 else 2}
+    for name, (page, ahead) in {**PROVIDERS, **(ALT if FORMS else {})}.items():
         copies, lens = sets[page]
         tiles = {"PAGE_AHEAD": ahead} if page else None
+        if name.endswith("-alt"):
+            tiles = {**tiles, **alt}
         P[name] = [lambda x=x, t=tiles, lens=lens: spak.fmha_kvcache(
             x["q"], x["k"], x["v"], lens, block_table=x["bt"], is_causal=Sq > 1, tiles=t)
             for x in call_cycle(copies)]
@@ -147,18 +155,25 @@ def checks(emit, log):
 def warm(shapes, jobs, log):
     """Compile every variant in worker processes (lengths 0: nothing read)."""
     from decode_bench import warm_up
+    from spak.gpu.plan_decode import choose_kt_form
     grid = []
     for s in shapes:
         grid.append(_case(s, 0))
         for page in (16, 256):
-            grid.append(dict(_case(s, page), extra={"a": {"tiles": {"PAGE_AHEAD": 1}}}))
+            ex = {"a": {"tiles": {"PAGE_AHEAD": 1}}, "s": {"tiles": {"PAGE_AHEAD": 0}}}
+            if FORMS and page == 256:
+                f = 0 if choose_kt_form(32, s[1], s[2], 256, 128) == 2 else 2
+                ex["alt"] = {"tiles": {"PAGE_AHEAD": 1, "KT_FORM": f}}
+            grid.append(dict(_case(s, page), extra=ex))
     warm_up([], grid, jobs, log)
 
 
 def summary(rows) -> str:
-    names = list(PROVIDERS)
-    head = ["shape"] + names + ["p16a/p16", "p256a/p256", "p16/contig", "p16a/contig",
-                                "p256/contig", "p256a/contig"]
+    names = list(PROVIDERS) + (list(ALT) if FORMS else [])
+    pairs = [("p16a", "p16"), ("p256a", "p256"), ("p16", "contig"), ("p16a", "contig"),
+             ("p256", "contig"), ("p256a", "contig")] + (
+        [("p256a-alt", "p256a")] if FORMS else [])
+    head = ["shape"] + names + [f"{a}/{b}" for a, b in pairs]
     lines = ["GB/s, median of the rounds (min-max):", "",
              "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in rows:
@@ -166,9 +181,7 @@ def summary(rows) -> str:
             continue
         m = r["median_gbs"]
         cells = [f"{m[n]:.0f} ({min(r['gbs'][n]):.0f}-{max(r['gbs'][n]):.0f})" for n in names]
-        cells += [f"{m[a] / m[b]:.3f}" for a, b in (("p16a", "p16"), ("p256a", "p256"),
-                                                   ("p16", "contig"), ("p16a", "contig"),
-                                                   ("p256", "contig"), ("p256a", "contig"))]
+        cells += [f"{m[a] / m[b]:.3f}" for a, b in pairs]
         lines.append(f"| {r['shape']} | " + " | ".join(cells) + " |")
     chk = [r for r in rows if r["kind"] == "check"]
     if chk:
@@ -191,7 +204,10 @@ def main() -> int:
     ap.add_argument("--shapes", choices=("all", "short"), default="all")
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--no-checks", action="store_true")
+    ap.add_argument("--forms", action="store_true", help="time p256a-alt too")
     a = ap.parse_args()
+    global FORMS
+    FORMS = a.forms
     import torch
     from decode_bench import open_rows
     shapes = SHAPES if a.shapes == "all" else SHORT

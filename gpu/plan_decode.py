@@ -38,9 +38,10 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "choose_kt_form", "auto_splits", "combine_tiles",
-           "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES", "KT_FORMS", "KT_AUTO", "MAX_SPLITS",
-           "NUM_CTAS_VALUES", "LAUNCH_NAMES"]
+           "row_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
+           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
+           "LAUNCH_NAMES"]
 
 #: Config keys of a decode `tiles` dict: keys per step, the most query rows (query
 #: positions x packed heads) one block holds, how a paged tile of several pages is
@@ -51,7 +52,8 @@ __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen
 #: as the forward's c2 store entries at D = 128).
 #: LAT: the DRAM latency hint of the split kernel's K/V loads (1..10; 0 the compiler's).
 #: PAGE_AHEAD (paged caches): 1 looks up each key tile's page ids one step ahead (the
-#: K/V loads of a step then wait on no block-table load), 0 in the step itself.
+#: K/V loads of a step then wait on no block-table load), 0 in the step itself, -1
+#: (AHEAD_AUTO, the default) choose_page_ahead.
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
              "PAGE_AHEAD")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
@@ -79,6 +81,8 @@ PAGE_MODES = {0: "boxes", 1: "gather"}
 KT_FORMS = {0: "rows", 1: "keys", 2: "keys_vt"}
 #: tiles["KT_FORM"] = KT_AUTO (the default): choose_kt_form picks from the shape
 KT_AUTO = -1
+#: tiles["PAGE_AHEAD"] = AHEAD_AUTO (the default): choose_page_ahead picks
+AHEAD_AUTO = -1
 #: Fewer rows than this pad with zero query rows: the tensor cores' smallest M is 16.
 MIN_ROWS = 16
 MAX_SPLITS = 256
@@ -117,7 +121,8 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     Untuned first guesses (the same for every arch) until the sweeper measures them."""
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
-            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0, "PAGE_AHEAD": 0}
+            "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0,
+            "PAGE_AHEAD": AHEAD_AUTO}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -155,6 +160,20 @@ def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
     if seq_q == 1 and group >= 16 and page > 0:
         return 2
     return 0
+
+
+def choose_page_ahead(page: int, tile_n: int, form: int, page_mode: int = 1) -> bool:
+    """Whether the split kernel looks a paged cache's page ids up one key tile ahead
+    (tiles["PAGE_AHEAD"] = AHEAD_AUTO): where a tile lies in one page (page >= TILE_N: one
+    table load a step, on which both of the step's K/V boxes wait), and for gathered
+    tiles of several pages in the keys_vt form; not for gathered tiles in the rows form,
+    nor for boxes a page (PAGE_MODE 0: each box looks its own page up). H200, D 128, fp16, Hq 32, 14 shapes, 5 shuffled rounds
+    (results/decode-paged-h200-2026-11-27 run 1), ahead / in-step: 256-key pages
+    1.06-1.37 (GQA/MHA 1.19-1.37, MQA 1.06-1.13); 16-key pages, keys_vt (MQA Sq 1)
+    1.00-1.13; 16-key pages, rows form 0.97-1.00."""
+    if page <= 0:
+        return False
+    return page >= tile_n or (form == 2 and page_mode == 1)
 
 
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,
@@ -213,8 +232,9 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     (PAGE_MODES), "OCCUPANCY": 0..4 (the split kernel's occupancy hint, 0: none),
     "KT_FORM": -1..2 (KT_FORMS: rows or keys in the tensor cores' M; -1 KT_AUTO:
     choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
-    none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": 0 or 1
-    (paged: page ids looked up one key tile ahead)};
+    none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": -1..1
+    (paged: page ids looked up one key tile ahead, 1, or in the step, 0; -1 AHEAD_AUTO:
+    choose_page_ahead)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -233,6 +253,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     if form == KT_AUTO:
         form = choose_kt_form(Hq, Hkv, Sq, page, tn)
+    if ahead == AHEAD_AUTO:
+        ahead = choose_page_ahead(page, tn, form, page_mode)
     tiles_qh = (Hq // gt) * -(-Sq // sq_t)
     splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv)
     alloc = _resolve_alloc(alloc, q)
@@ -394,7 +416,8 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     # only a paged cache has page ids to look up: contiguous plans keep one variant
-    ahead = bool(_check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], 0, 1)) and page > 0
+    ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
+    ahead = False if page <= 0 else ahead if ahead == AHEAD_AUTO else bool(ahead)
     return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead
 
 

@@ -131,7 +131,8 @@ def _check_options(is_causal, num_splits, tiles):
                         "KT_FORM": (KT_FORMS, "-1 auto, 0 rows, 1 keys, 2 keys_vt"),
                         "NUM_CTAS": (NUM_CTAS_VALUES, "0 no hint, else CTAs a block"),
                         "LAT": (LATENCIES, "0: the compiler's choice"),
-                        "PAGE_AHEAD": ((0, 1), "1: page ids one key tile ahead")})
+                        "PAGE_AHEAD": ((-1, 0, 1), "-1 auto, 0 in the step, 1 one key "
+                                                   "tile ahead")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -249,7 +250,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
           page_mode: int, occupancy: int, kt_form: int, num_ctas: int,
-          lat: int, ahead: int = 0) -> torch.Tensor:
+          lat: int, ahead: int = -1) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -338,7 +339,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=0):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=-1):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 

@@ -70,7 +70,7 @@ def test_page_ahead_reaches_the_kernel_only_for_paged_caches():
     assert plan_decode(*args, num_splits=2, tiles={"PAGE_AHEAD": 1})[0].args[-1] is False
 
 
-@pytest.mark.parametrize("bad", [2, -1])
+@pytest.mark.parametrize("bad", [2, -2])
 def test_bad_page_ahead_names_the_key(bad):
     args, bt = _arrays(16)
     with pytest.raises(ValueError, match=r"tiles\['PAGE_AHEAD'\]"):
@@ -85,8 +85,22 @@ def test_api_refuses_bad_page_ahead():
     lens = torch.zeros(1, dtype=torch.int32)
     with pytest.raises(ValueError, match="PAGE_AHEAD"):
         validate(q, k, k, lens, tiles={"PAGE_AHEAD": 2}, require_cuda=False)
-    validate(q, k, k, lens, tiles={"PAGE_AHEAD": 1}, require_cuda=False)
+    for ok in (-1, 0, 1):
+        validate(q, k, k, lens, tiles={"PAGE_AHEAD": ok}, require_cuda=False)
 
 
-def test_default_is_known():
-    assert default_decode_tiles(128)["PAGE_AHEAD"] in (0, 1)
+def test_default_chooses_by_page_and_form():
+    """AHEAD_AUTO (the default): ahead where a tile lies in one page, and for gathered
+    tiles in the keys_vt form (results/decode-paged-h200-2026-11-27 run 1)."""
+    from spak.gpu.plan_decode import AHEAD_AUTO, choose_page_ahead
+    assert default_decode_tiles(128)["PAGE_AHEAD"] == AHEAD_AUTO
+    assert choose_page_ahead(256, 128, 0) and choose_page_ahead(128, 128, 2)
+    assert choose_page_ahead(16, 128, 2) and not choose_page_ahead(16, 128, 0)
+    assert not choose_page_ahead(16, 128, 2, page_mode=0) and not choose_page_ahead(0, 128, 2)
+    args, bt = _arrays(16)                     # 8 query heads of 2 kv heads: rows form
+    assert plan_decode(*args, block_table=bt, num_splits=2)[0].args[-1] is False
+    assert plan_decode(*args, block_table=bt, num_splits=2,
+                       tiles={"KT_FORM": 2})[0].args[-1] is True
+    args, bt = _arrays(64)
+    assert plan_decode(*args, block_table=bt, num_splits=2,
+                       tiles={"TILE_N": 64})[0].args[-1] is True
