@@ -151,13 +151,18 @@ def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
                    tile_n: int) -> int:
     """The split kernel's KT_FORM where tiles leave it to the plan (KT_AUTO): keys_vt (2)
     for one query per sequence with a large KV group (16+ query heads a kv head: 32 rows
-    a block) over a paged cache, else rows (0). H100, Hq 32, D 128, fp16, caches 8k-128k
-    (results/decode-h100-2026-11-24c): MQA 16-key pages 701-736 -> 1308-2722 GB/s (the
-    gathered K's transpose gone), MQA 256-key pages B >= 8 -0.4..+6% (B = 1 -3..+1%);
-    MQA contiguous within noise either way, GQA 4:1 16-key pages -2..+6% (left at 0);
-    Sq = 4: keys forms 0.5-0.9x of rows at every batch (64 and 128 rows)."""
+    a block) over a paged cache whose pages are smaller than a key tile (gathered: the
+    rows form would transpose the gathered K in registers), else rows (0). H100, Hq 32,
+    D 128, fp16, caches 8k-128k (results/decode-h100-2026-11-24c): MQA 16-key pages
+    701-736 -> 1308-2722 GB/s (the gathered K's transpose gone); MQA contiguous within
+    noise either way, GQA 4:1 16-key pages -2..+6% (left at 0); Sq = 4: keys forms
+    0.5-0.9x of rows at every batch (64 and 128 rows). Pages of a tile or more: rows,
+    since the page ids are looked up a tile ahead (choose_page_ahead): H200, MQA Sq 1,
+    256-key pages, rows / keys_vt 1.08-1.17 on 5 shapes, 0.99-1.00 of contiguous
+    (results/decode-paged-h200-2026-11-27 run 2; with the in-step look-up, H100 run c
+    read keys_vt -3..+6%)."""
     group = num_q_heads // max(num_kv_heads, 1)
-    if seq_q == 1 and group >= 16 and page > 0:
+    if seq_q == 1 and group >= 16 and 0 < page < tile_n:
         return 2
     return 0
 

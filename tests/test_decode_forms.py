@@ -58,10 +58,13 @@ def test_bad_kt_form_names_the_key(bad):
 
 
 def test_auto_form_rule():
-    """keys_vt for MQA-like groups (16+ heads a kv head) at Sq 1 over a paged cache (H100,
-    results/decode-h100-2026-11-24c); rows elsewhere."""
+    """keys_vt for MQA-like groups (16+ heads a kv head) at Sq 1 over a paged cache of
+    pages smaller than a key tile (H100, results/decode-h100-2026-11-24c; H200,
+    results/decode-paged-h200-2026-11-27 run 2); rows elsewhere."""
     assert choose_kt_form(32, 1, 1, 16, 128) == 2
-    assert choose_kt_form(32, 1, 1, 256, 128) == 2
+    assert choose_kt_form(32, 1, 1, 256, 128) == 0          # a tile inside one page
+    assert choose_kt_form(32, 1, 1, 128, 128) == 0
+    assert choose_kt_form(32, 1, 1, 64, 128) == 2           # gathered
     assert choose_kt_form(32, 2, 1, 16, 128) == 2
     assert choose_kt_form(32, 1, 1, 0, 128) == 0           # contiguous
     assert choose_kt_form(32, 1, 4, 16, 128) == 0           # Sq 4
