@@ -15,6 +15,9 @@ in `rounds` rounds, each in a freshly shuffled order (seeded) after one discarde
   p256, p256a     256-key pages, PAGE_AHEAD 0 / 1
   p256a-alt       (--forms) p256a in the other form: rows (KT_FORM 0) where the plan picks
                   keys_vt (MQA Sq 1), else keys_vt (2)
+  p16b, p16ba     (--page16) 16-key pages as one box a page (PAGE_MODE 0), PAGE_AHEAD 0 / 1
+  p16ba-alt       p16ba in the other form
+  p16-tn64        16-key pages gathered, 64-key tiles (the plan's look-up choice)
 GB/s = (K + V + Q + O bytes) / time (CUDA-graph replays of >= 4 calls over rotated input
 copies, ci/decode_bench.py's timer). On every timed shape the ahead outputs are compared
 bit for bit with the step-local ones (same cache), and everything with SDPA's on the
@@ -43,9 +46,30 @@ SHAPES = [(1, 8, 1, 8192), (1, 8, 1, 32768), (1, 1, 1, 32768), (1, 32, 1, 8192),
           (1, 1, 1, 131072), (64, 8, 4, 8192)]
 SHORT = SHAPES[:6]
 FORMS = False                  # --forms
-PROVIDERS = {"contig": (0, 0), "p16": (16, 0), "p16a": (16, 1), "p256": (256, 0),
-             "p256a": (256, 1)}
-ALT = {"p256a-alt": (256, 1)}
+P16 = False                    # --page16
+#: name -> (page size, tiles); "alt" in tiles: the other KT_FORM than the plan's
+PROVIDERS = {"contig": (0, None), "p16": (16, {"PAGE_AHEAD": 0}),
+             "p16a": (16, {"PAGE_AHEAD": 1}), "p256": (256, {"PAGE_AHEAD": 0}),
+             "p256a": (256, {"PAGE_AHEAD": 1})}
+ALT = {"p256a-alt": (256, {"PAGE_AHEAD": 1, "alt": 1})}
+PAGE16 = {"p16b": (16, {"PAGE_MODE": 0, "PAGE_AHEAD": 0}),
+          "p16ba": (16, {"PAGE_MODE": 0, "PAGE_AHEAD": 1}),
+          "p16ba-alt": (16, {"PAGE_MODE": 0, "PAGE_AHEAD": 1, "alt": 1}),
+          "p16-tn64": (16, {"TILE_N": 64})}
+
+
+def _providers():
+    return {**PROVIDERS, **(ALT if FORMS else {}), **(PAGE16 if P16 else {})}
+
+
+def _tiles(t, Hkv, Sq, page):
+    """t with "alt" replaced by the KT_FORM the plan would not pick."""
+    from spak.gpu.plan_decode import choose_kt_form
+    if not t or "alt" not in t:
+        return t
+    t = {k: v for k, v in t.items() if k != "alt"}
+    t["KT_FORM"] = 0 if choose_kt_form(32, Hkv, Sq, page, t.get("TILE_N", 128)) == 2 else 2
+    return t
 CHECK_CASES = ["2x8:1x4:77x64/causal/page16/lens=77:5/splits=3/bf16",
                "4x8:1x300x64/noncausal/page16/lens=0:1:17:300/fp16",
                "1x32:1x4:2048x128/causal/page16/fp16",
@@ -70,13 +94,9 @@ def providers(shape, dev):
     for page in (0, 16, 256):
         copies, lens = _make_copies(_case(shape, page), n, dev)
         sets[page] = (copies, lens)
-    from spak.gpu.plan_decode import choose_kt_form
-    alt = {"KT_FORM": 0 if choose_kt_form(32, Hkv, Sq, 256, 128) == 2 else 2}
-    for name, (page, ahead) in {**PROVIDERS, **(ALT if FORMS else {})}.items():
+    for name, (page, t) in _providers().items():
         copies, lens = sets[page]
-        tiles = {"PAGE_AHEAD": ahead} if page else None
-        if name.endswith("-alt"):
-            tiles = {**tiles, **alt}
+        tiles = _tiles(t, Hkv, Sq, page)
         P[name] = [lambda x=x, t=tiles, lens=lens: spak.fmha_kvcache(
             x["q"], x["k"], x["v"], lens, block_table=x["bt"], is_causal=Sq > 1, tiles=t)
             for x in call_cycle(copies)]
@@ -90,7 +110,9 @@ def agree(shape, P, sets, emit, log):
     import torch.nn.functional as F
     Sq = shape[2]
     outs = {n: P[n][0]() for n in P}
-    for page, a, b in ((16, "p16a", "p16"), (256, "p256a", "p256")):
+    pairs = [(16, "p16a", "p16"), (256, "p256a", "p256")]
+    pairs += [(16, "p16ba", "p16"), (16, "p16b", "p16")] if P16 else []
+    for page, a, b in pairs:
         same = float((outs[a] == outs[b]).float().mean().item())
         x = sets[page][0][0]
         sd = F.scaled_dot_product_attention(x["qs"].float(), x["ks"].float(), x["vs"].float(),
@@ -144,7 +166,9 @@ def checks(emit, log):
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     for case in CHECK_CASES:
-        for t in ({"PAGE_AHEAD": 1}, {"PAGE_AHEAD": 1, "KT_FORM": 2}):
+        for t in ({"PAGE_AHEAD": 1}, {"PAGE_AHEAD": 1, "KT_FORM": 2},
+                  {"PAGE_AHEAD": 1, "PAGE_MODE": 0}, {"PAGE_AHEAD": 1, "PAGE_MODE": 0,
+                                                      "KT_FORM": 2})[:4 if P16 else 2]:
             try:
                 _check_one(FAMILY.parse(case), dev, sms, emit, log, tiles=t)
             except Exception as e:  # noqa: BLE001
@@ -155,24 +179,23 @@ def checks(emit, log):
 def warm(shapes, jobs, log):
     """Compile every variant in worker processes (lengths 0: nothing read)."""
     from decode_bench import warm_up
-    from spak.gpu.plan_decode import choose_kt_form
     grid = []
     for s in shapes:
         grid.append(_case(s, 0))
         for page in (16, 256):
-            ex = {"a": {"tiles": {"PAGE_AHEAD": 1}}, "s": {"tiles": {"PAGE_AHEAD": 0}}}
-            if FORMS and page == 256:
-                f = 0 if choose_kt_form(32, s[1], s[2], 256, 128) == 2 else 2
-                ex["alt"] = {"tiles": {"PAGE_AHEAD": 1, "KT_FORM": f}}
-            grid.append(dict(_case(s, page), extra=ex))
+            grid.append(dict(_case(s, page), extra={
+                n: {"tiles": _tiles(t, s[1], s[2], page)}
+                for n, (pg, t) in _providers().items() if pg == page}))
     warm_up([], grid, jobs, log)
 
 
 def summary(rows) -> str:
-    names = list(PROVIDERS) + (list(ALT) if FORMS else [])
+    names = list(_providers())
     pairs = [("p16a", "p16"), ("p256a", "p256"), ("p16", "contig"), ("p16a", "contig"),
              ("p256", "contig"), ("p256a", "contig")] + (
-        [("p256a-alt", "p256a")] if FORMS else [])
+        [("p256a-alt", "p256a")] if FORMS else []) + (
+        [("p16ba", "p16b"), ("p16ba", "p16a"), ("p16ba-alt", "p16ba"), ("p16ba", "contig"),
+         ("p16-tn64", "p16a")] if P16 else [])
     head = ["shape"] + names + [f"{a}/{b}" for a, b in pairs]
     lines = ["GB/s, median of the rounds (min-max):", "",
              "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
@@ -205,12 +228,17 @@ def main() -> int:
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--no-checks", action="store_true")
     ap.add_argument("--forms", action="store_true", help="time p256a-alt too")
+    ap.add_argument("--page16", action="store_true", help="time the PAGE16 providers too")
+    ap.add_argument("--only-shapes", default="",
+                    help="indices into SHAPES, comma-separated (default: --shapes)")
     a = ap.parse_args()
-    global FORMS
-    FORMS = a.forms
+    global FORMS, P16
+    FORMS, P16 = a.forms, a.page16
     import torch
     from decode_bench import open_rows
     shapes = SHAPES if a.shapes == "all" else SHORT
+    if a.only_shapes:
+        shapes = [SHAPES[int(i)] for i in a.only_shapes.split(",")]
     rows, emit, log = open_rows(a.out)
     if not a.no_warm:
         warm(shapes, a.jobs, log)

@@ -178,7 +178,7 @@ def choose_page_ahead(page: int, tile_n: int, form: int, page_mode: int = 1) -> 
     1.00-1.13; 16-key pages, rows form 0.97-1.00."""
     if page <= 0:
         return False
-    return page >= tile_n or (form == 2 and page_mode == 1)
+    return page >= tile_n or (form == 2 and page_mode == 1) or page_mode == 0
 
 
 def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: int,

@@ -96,7 +96,7 @@ def test_default_chooses_by_page_and_form():
     assert default_decode_tiles(128)["PAGE_AHEAD"] == AHEAD_AUTO
     assert choose_page_ahead(256, 128, 0) and choose_page_ahead(128, 128, 2)
     assert choose_page_ahead(16, 128, 2) and not choose_page_ahead(16, 128, 0)
-    assert not choose_page_ahead(16, 128, 2, page_mode=0) and not choose_page_ahead(0, 128, 2)
+    assert choose_page_ahead(16, 128, 0, page_mode=0) and not choose_page_ahead(0, 128, 2)
     args, bt = _arrays(16)                     # 8 query heads of 2 kv heads: rows form
     assert plan_decode(*args, block_table=bt, num_splits=2)[0].args[-1] is False
     assert plan_decode(*args, block_table=bt, num_splits=2,

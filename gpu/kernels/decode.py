@@ -555,8 +555,8 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
         return (ct.transpose(k.reshape((TILE_N, HEAD_DIM))),
                 v.reshape((TILE_N, HEAD_DIM_V)))
     # else one box per page, concatenated (ct.cat takes pairs)
-    k_t = _pages(K, BT, b, kv_h, first, last, n, HEAD_DIM, PAGE, True)
-    v = _pages(V, BT, b, kv_h, first, last, n, HEAD_DIM_V, PAGE, False)
+    k_t = _pages(K, BT, b, kv_h, first, last, n, HEAD_DIM, PAGE, True, pg, AHEAD)
+    v = _pages(V, BT, b, kv_h, first, last, n, HEAD_DIM_V, PAGE, False, pg, AHEAD)
     return k_t, v
 
 
@@ -608,31 +608,38 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT, pg, AHEAD)
         if T:
             return ct.transpose(x)
         return x
-    return _pages(X, BT, b, kv_h, first, last, n, DIM, PAGE, T)
+    return _pages(X, BT, b, kv_h, first, last, n, DIM, PAGE, T, pg, AHEAD)
 
 
-def _pages(X, BT, b, kv_h, first, last, N, DIM, PAGE, IS_K):
+def _pages(X, BT, b, kv_h, first, last, N, DIM, PAGE, IS_K, pg, AHEAD):
     """Pages first .. first+N-1 (N in {2, 4, 8}) of one head, side by side: K^T
-    [D, N*PAGE] (IS_K) or V [N*PAGE, Dv]."""
+    [D, N*PAGE] (IS_K) or V [N*PAGE, Dv]. AHEAD: their ids are pg [N] (_page_ids, looked
+    up a step earlier), else each box loads its own from the table."""
     axis = 1 if IS_K else 0
-    x = _page_pair(X, BT, b, kv_h, first, last, DIM, PAGE, IS_K)
+    x = _page_pair(X, BT, b, kv_h, first, 0, last, DIM, PAGE, IS_K, pg, AHEAD)
     if N >= 4:
-        x = ct.cat((x, _page_pair(X, BT, b, kv_h, first + 2, last, DIM, PAGE, IS_K)), axis)
+        x = ct.cat((x, _page_pair(X, BT, b, kv_h, first, 2, last, DIM, PAGE, IS_K, pg,
+                                  AHEAD)), axis)
     if N == 8:
-        y = ct.cat((_page_pair(X, BT, b, kv_h, first + 4, last, DIM, PAGE, IS_K),
-                    _page_pair(X, BT, b, kv_h, first + 6, last, DIM, PAGE, IS_K)), axis)
+        y = ct.cat((_page_pair(X, BT, b, kv_h, first, 4, last, DIM, PAGE, IS_K, pg, AHEAD),
+                    _page_pair(X, BT, b, kv_h, first, 6, last, DIM, PAGE, IS_K, pg, AHEAD)),
+                   axis)
         x = ct.cat((x, y), axis)
     return x
 
 
-def _page_pair(X, BT, b, kv_h, p, last, DIM, PAGE, IS_K):
-    return ct.cat((_page(X, BT, b, kv_h, p, last, DIM, PAGE, IS_K),
-                   _page(X, BT, b, kv_h, p + 1, last, DIM, PAGE, IS_K)), 1 if IS_K else 0)
+def _page_pair(X, BT, b, kv_h, first, i, last, DIM, PAGE, IS_K, pg, AHEAD):
+    return ct.cat((_page(X, BT, b, kv_h, first, i, last, DIM, PAGE, IS_K, pg, AHEAD),
+                   _page(X, BT, b, kv_h, first, i + 1, last, DIM, PAGE, IS_K, pg, AHEAD)),
+                  1 if IS_K else 0)
 
 
-def _page(X, BT, b, kv_h, p, last, DIM, PAGE, IS_K):
-    """One page of one head: K^T [D, PAGE] or V [PAGE, Dv]; page p clamped to `last`."""
-    page = ct.load(BT, index=(b, min(p, last)), shape=())
+def _page(X, BT, b, kv_h, first, i, last, DIM, PAGE, IS_K, pg, AHEAD):
+    """Page first + i of one head: K^T [D, PAGE] or V [PAGE, Dv]; clamped to `last`."""
+    if AHEAD:
+        page = ct.extract(pg, (i,), (1,)).item()
+    else:
+        page = ct.load(BT, index=(b, min(first + i, last)), shape=())
     if IS_K:
         k_t = ct.load(X, index=(page, 0, kv_h, 0), shape=(1, DIM, 1, PAGE), order=_KT_ORDER,
                       padding_mode=ct.PaddingMode.ZERO)
