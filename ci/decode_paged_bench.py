@@ -15,6 +15,7 @@ in `rounds` rounds, each in a freshly shuffled order (seeded) after one discarde
   p256, p256a     256-key pages, PAGE_AHEAD 0 / 1
   p256a-alt       (--forms) p256a in the other form: rows (KT_FORM 0) where the plan picks
                   keys_vt (MQA Sq 1), else keys_vt (2)
+  p16a-alt        (--forms) p16a in the other form
   p16b, p16ba     (--page16) 16-key pages as one box a page (PAGE_MODE 0), PAGE_AHEAD 0 / 1
   p16ba-alt       p16ba in the other form
   p16-tn64        16-key pages gathered, 64-key tiles (the plan's look-up choice)
@@ -43,7 +44,8 @@ sys.path.insert(0, os.path.join(ROOT, "ci"))
 SHAPES = [(1, 8, 1, 8192), (1, 8, 1, 32768), (1, 1, 1, 32768), (1, 32, 1, 8192),
           (8, 1, 1, 8192), (8, 1, 1, 32768), (64, 1, 1, 8192), (1, 8, 4, 8192),
           (8, 1, 4, 32768), (64, 1, 4, 8192), (8, 32, 1, 32768), (8, 8, 1, 131072),
-          (1, 1, 1, 131072), (64, 8, 4, 8192)]
+          (1, 1, 1, 131072), (64, 8, 4, 8192), (8, 8, 1, 8192), (64, 8, 1, 8192),
+          (8, 32, 1, 8192)]
 SHORT = SHAPES[:6]
 FORMS = False                  # --forms
 P16 = False                    # --page16
@@ -51,7 +53,8 @@ P16 = False                    # --page16
 PROVIDERS = {"contig": (0, None), "p16": (16, {"PAGE_AHEAD": 0}),
              "p16a": (16, {"PAGE_AHEAD": 1}), "p256": (256, {"PAGE_AHEAD": 0}),
              "p256a": (256, {"PAGE_AHEAD": 1})}
-ALT = {"p256a-alt": (256, {"PAGE_AHEAD": 1, "alt": 1})}
+ALT = {"p256a-alt": (256, {"PAGE_AHEAD": 1, "alt": 1}),
+       "p16a-alt": (16, {"PAGE_AHEAD": 1, "alt": 1})}
 PAGE16 = {"p16b": (16, {"PAGE_MODE": 0, "PAGE_AHEAD": 0}),
           "p16ba": (16, {"PAGE_MODE": 0, "PAGE_AHEAD": 1}),
           "p16ba-alt": (16, {"PAGE_MODE": 0, "PAGE_AHEAD": 1, "alt": 1}),
@@ -193,7 +196,8 @@ def summary(rows) -> str:
     names = list(_providers())
     pairs = [("p16a", "p16"), ("p256a", "p256"), ("p16", "contig"), ("p16a", "contig"),
              ("p256", "contig"), ("p256a", "contig")] + (
-        [("p256a-alt", "p256a")] if FORMS else []) + (
+        [("p256a-alt", "p256a"), ("p16a-alt", "p16a"), ("p16a-alt", "contig")]
+        if FORMS else []) + (
         [("p16ba", "p16b"), ("p16ba", "p16a"), ("p16ba-alt", "p16ba"), ("p16ba", "contig"),
          ("p16-tn64", "p16a")] if P16 else [])
     head = ["shape"] + names + [f"{a}/{b}" for a, b in pairs]
