@@ -58,10 +58,8 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
              "PAGE_AHEAD")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
 #: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
-#: causal, as spak.fmha; 0: the head tile fastest), and TMA (1: loads and the store may
-#: use the tensor-memory accelerator, as everywhere else; 0: they may not: a block's
-#: sliced views then need no tensor-map descriptors).
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST", "TMA")
+#: causal, as spak.fmha; 0: the head tile fastest).
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
 #: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100
@@ -134,7 +132,7 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
     tile fastest, non-causal; 368 vs 361 causal; results/decode-h100-2026-11-24b run A)."""
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
-    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 1, "TMA": 1}
+    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 1}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -335,7 +333,7 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tm, tn, qt_first, tma = _check_varlen_tiles(tiles, D, arch, causal)
+    tm, tn, qt_first = _check_varlen_tiles(tiles, D, arch, causal)
     B = cq[0] - 1
     if B == 0 or Tq == 0 or Hq == 0 or max_q == 0 or Tk == 0:
         return []
@@ -345,8 +343,7 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     grid = ((Hq // gt) * -(-max_q // sq_t), 1, B)
     return [_launch(_decode.varlen_kernel, grid,
                     (q, k, v, cu_seqlens_q, cu_seqlens_k, out, scale, _tile_width(D),
-                     _tile_width(Dv), sq_t, gt, tn, causal, bool(qt_first), bool(tma)),
-                    "varlen")]
+                     _tile_width(Dv), sq_t, gt, tn, causal, bool(qt_first)), "varlen")]
 
 
 def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
@@ -354,8 +351,7 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
                     f"keys {VARLEN_TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_M", "TILE_N"))
     qt_first = _check_int("tiles['QT_FIRST']", t["QT_FIRST"], 0, 1)
-    tma = _check_int("tiles['TMA']", t["TMA"], 0, 1)
-    return t["TILE_M"], t["TILE_N"], qt_first, tma
+    return t["TILE_M"], t["TILE_N"], qt_first
 
 
 # --------------------------------------------------------------------------------------

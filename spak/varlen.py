@@ -16,8 +16,8 @@ CUDA tensors, in FlashAttention's varlen convention:
   FlashAttention; rows of a query run past max_seqlen_q are left unwritten).
 * is_causal: bottom-right per sequence: query i of a run of Lq sees keys j <= i + Lk - Lq
   (FlashAttention >= 2.1); rows that see no key give zeros.
-* scale: default 1/sqrt(D); any finite real number. tiles: {"TILE_M", "TILE_N",
-  "QT_FIRST", "TMA"} (gpu.plan_decode.default_varlen_tiles: spak.fmha's defaults).
+* scale: default 1/sqrt(D); any finite real number. tiles: {"TILE_M", "TILE_N"}
+  (gpu.plan_decode.default_varlen_tiles: spak.fmha's defaults).
 
 Returns [total_q, Hq, Dv] in q's dtype. Forward only. The kernel is the decode family's key
 loop (gpu/kernels/decode.py, varlen_kernel): one block per (query tile, head, sequence),
@@ -40,7 +40,7 @@ from spak.torch_checks import check_scale as _check_scale
 
 __all__ = ["fmha_varlen", "validate_varlen"]
 
-TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST", "TMA")
+TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
 
 
 def _check_3d(name, t):
@@ -91,8 +91,7 @@ def _check_max(name, n):
 
 def _check_tiles(tiles):
     return check_tiles(tiles, TILE_KEYS, "{'TILE_M': int, 'TILE_N': int}",
-                       {"QT_FIRST": ((0, 1), "1: the query tile the fastest block index"),
-                        "TMA": ((0, 1), "0: loads and the store without TMA")})
+                       {"QT_FIRST": ((0, 1), "1: the query tile the fastest block index")})
 
 
 def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -123,11 +122,11 @@ _PLANS: dict = {}
 
 
 def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, tile_m, tile_n,
-               qt_first, tma=1):
+               qt_first):
     """gpu.plan_decode.plan_varlen's launch with the tensors' places named, per (shapes,
     flags, config): planning costs host time a short kernel would not."""
     key = (q.shape, k.shape, v.shape, cu_q.shape, q.dtype, q.device, max_q, is_causal,
-           scale, tile_m, tile_n, qt_first, tma)
+           scale, tile_m, tile_n, qt_first)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -135,8 +134,7 @@ def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, tile_m,
     major, minor = torch.cuda.get_device_capability(q.device)
     launches = plan_varlen(q, k, v, cu_q, cu_k, out, max_seqlen_q=max_q, max_seqlen_k=max_k,
                            causal=is_causal, scale=scale,
-                           tiles={"TILE_M": tile_m, "TILE_N": tile_n, "QT_FIRST": qt_first,
-                                  "TMA": tma},
+                           tiles={"TILE_M": tile_m, "TILE_N": tile_n, "QT_FIRST": qt_first},
                            arch=f"sm_{major}{minor}")
     names = {id(q): "q", id(k): "k", id(v): "v", id(cu_q): "cq", id(cu_k): "ck", id(out): "out"}
     cached = [(L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
@@ -149,8 +147,7 @@ def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, tile_m,
 
 def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, is_causal: bool,
-          scale: float, tile_m: int, tile_n: int, qt_first: int,
-          tma: int = 1) -> torch.Tensor:
+          scale: float, tile_m: int, tile_n: int, qt_first: int) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_varlen."""
     q, k, v = (t.contiguous() for t in (q, k, v))
     cq, ck = (c if c.dtype == torch.int32 else c.to(torch.int32)
@@ -162,7 +159,7 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
     if out.numel() == 0:
         return out
     templates = _templates(q, k, v, cq, ck, out, max_seqlen_q, max_seqlen_k, is_causal,
-                           scale, tile_m, tile_n, qt_first, tma)
+                           scale, tile_m, tile_n, qt_first)
     if not templates:                     # no key anywhere (or max_seqlen_q == 0): zeros
         return out.zero_()
     tensors = {"q": q, "k": k, "v": v, "cq": cq, "ck": ck, "out": out}
@@ -176,7 +173,7 @@ _op.__doc__ = "torch.ops.spak.fmha_varlen: spak.fmha_varlen's kernel (inputs val
 
 @_op.register_fake
 def _fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal, scale,
-          tile_m, tile_n, qt_first, tma=1):
+          tile_m, tile_n, qt_first):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
@@ -191,7 +188,7 @@ def fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     cfg = {**default_varlen_tiles(q.shape[2], f"sm_{major}{minor}", is_causal), **t}
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
             is_causal, 1.0 / math.sqrt(q.shape[2]) if s is None else s,
-            cfg["TILE_M"], cfg["TILE_N"], cfg["QT_FIRST"], cfg["TMA"])
+            cfg["TILE_M"], cfg["TILE_N"], cfg["QT_FIRST"])
     from spak.kvcache import _plain_eager
     if not _plain_eager(q, k, v, cu_seqlens_q, cu_seqlens_k) or (
             torch.is_grad_enabled() and q.requires_grad):

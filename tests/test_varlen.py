@@ -91,23 +91,6 @@ def test_varlen_block_order_changes_no_bit(causal):
     assert rel_l2(a, ref) <= 1e-3
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_varlen_without_tma_changes_no_bit(causal):
-    """tiles["TMA"] 0 only keeps the loads and the store off the tensor-memory accelerator:
-    the same values reach the same arithmetic, so the outputs agree to the bit, and the
-    knob is validated by name."""
-    x = _packed([5, 0, 70, 33, 130], [7, 3, 90, 40, 130], 4, 2, 32, seed=4)
-    a, _ = simulate_varlen(x, causal=causal, tiles={**T16, "TMA": 0})
-    b, _ = simulate_varlen(x, causal=causal, tiles={**T16, "TMA": 1})
-    ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
-                               causal=causal)
-    assert np.isfinite(a).all()
-    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
-    assert rel_l2(a, ref) <= 1e-3
-    with pytest.raises(ValueError, match=r"tiles\['TMA'\]"):
-        simulate_varlen(x, causal=causal, tiles={**T16, "TMA": 2})
-
-
 def test_varlen_no_keys_at_all_gives_zeros():
     x = _packed([3, 2], [0, 0], 2, 1, 16)
     out, reports = simulate_varlen(x, tiles=T16)

@@ -81,7 +81,7 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
     if KT_FORM == 0:
         m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
                                 Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
-                                PAGE, PAGE_MODE, CAUSAL, Q.dtype, LAT, AHEAD, True)
+                                PAGE, PAGE_MODE, CAUSAL, Q.dtype, LAT, AHEAD)
         _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V,
                 SPLIT)
     else:
@@ -118,8 +118,7 @@ def varlen_kernel(Q, K, V, CuQ, CuK, Out,
                   GT: ConstInt,                 # query heads per block, one kv head
                   TILE_N: ConstInt,
                   CAUSAL: ConstBool,
-                  QT_FIRST: ConstBool = False,   # query tile the fastest block index
-                  TMA: ConstBool = True):        # False: no TMA for Q/K/V/Out
+                  QT_FIRST: ConstBool = False):  # query tile the fastest block index
     """Attention over a packed variable-length batch (FlashAttention's varlen layout):
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
@@ -146,14 +145,13 @@ def varlen_kernel(Q, K, V, CuQ, CuK, Out,
         Ks = K.slice(0, ks, ks + lk)
         Vs = V.slice(0, ks, ks + lk)
         q = ct.load(Qs, index=(qt, t, 0), shape=(SQ_T, GT, HEAD_DIM),
-                    padding_mode=ct.PaddingMode.ZERO,
-                    allow_tma=TMA).reshape((SQ_T * GT, HEAD_DIM))
+                    padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
         m_i, l_i, acc = _attend(q, Ks, Vs, CuK, b, kv_h, qt, 0, 1, lk, lq, scale,
                                 HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, 0, False, CAUSAL,
-                                Q.dtype, 0, False, TMA)
+                                Q.dtype, 0, False)
         out = _normalise(acc, l_i).astype(Out.dtype)
         ct.store(Out.slice(0, q0, q0 + lq), index=(qt, t, 0),
-                 tile=out.reshape((SQ_T, GT, HEAD_DIM_V)), allow_tma=TMA)
+                 tile=out.reshape((SQ_T, GT, HEAD_DIM_V)))
 
 
 def _segment(Cu, b, total):
@@ -270,13 +268,11 @@ def _seq_len(Lens, BT, K, b, PAGE):
 # --------------------------------------------------------------------------------------
 def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
             HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, PAGE, PAGE_MODE, CAUSAL, in_dtype, LAT,
-            AHEAD, TMA):
+            AHEAD):
     """(m, l, acc) of the block's rows over its split's keys; m in log2 units. LAT: the
     K/V loads' DRAM latency hint (1..10; 0 the compiler's choice). AHEAD (paged caches):
     each step looks up the NEXT tile's page ids (_page_ids), so a tile's K/V addresses
-    are known when its step starts instead of waiting on a block-table load. TMA (the
-    varlen kernel's 3D views): False keeps the K/V loads off the tensor-memory
-    accelerator."""
+    are known when its step starts instead of waiting on a block-table load."""
     ROWS = SQ_T * GT
     first_q = qt * SQ_T
     diag = L - seq_q                       # row i sees keys j <= i + diag (causal)
@@ -308,7 +304,7 @@ def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
         if ahead:
             pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
         k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
-                          PAGE_MODE, LAT, pg, ahead, TMA)
+                          PAGE_MODE, LAT, pg, ahead)
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
         m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, in_dtype)
         if ahead:
@@ -317,7 +313,7 @@ def _attend(q, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
         if ahead:
             pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
         k_t, v = _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
-                          PAGE_MODE, LAT, pg, ahead, TMA)
+                          PAGE_MODE, LAT, pg, ahead)
         if ahead:
             pg = pg_next
         s = ct.mma(q, k_t, ct.full((ROWS, TILE_N), 0.0, dtype=ct.float32)) * c
@@ -498,7 +494,7 @@ def _page_ids(BT, b, j, L, TILE_N, PAGE):
 
 
 def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, LAT,
-             pg, AHEAD, TMA):
+             pg, AHEAD):
     """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h. K and V are 3D
     [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches. AHEAD: pg
     holds the tile's page ids (_page_ids, looked up a step earlier); else they are looked
@@ -507,10 +503,10 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
     if K.ndim == 3:
         k_t = ct.load(K, index=(0, kv_h, j), shape=(HEAD_DIM, 1, TILE_N), order=(2, 1, 0),
                       padding_mode=ct.PaddingMode.ZERO,
-                      latency=lat, allow_tma=TMA)
+                      latency=lat)
         v = ct.load(V, index=(j, kv_h, 0), shape=(TILE_N, 1, HEAD_DIM_V),
                     padding_mode=ct.PaddingMode.ZERO,
-                    latency=lat, allow_tma=TMA)
+                    latency=lat)
         return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if PAGE == 0:
         k_t = ct.load(K, index=(b, 0, kv_h, j), shape=(1, HEAD_DIM, 1, TILE_N),
