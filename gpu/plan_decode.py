@@ -159,8 +159,9 @@ def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
     0.5-0.9x of rows at every batch (64 and 128 rows). Pages of a tile or more: rows,
     since the page ids are looked up a tile ahead (choose_page_ahead): H200, MQA Sq 1,
     256-key pages, rows / keys_vt 1.08-1.17 on 5 shapes, 0.99-1.00 of contiguous
-    (results/decode-paged-h200-2026-11-27 run 2; with the in-step look-up, H100 run c
-    read keys_vt -3..+6%)."""
+    (results/decode-paged-h200-2026-11-27 run 2); H100 1.02-1.09, 0.98-1.00 of contiguous
+    (results/decode-paged-h100-2026-11-27 run 3). With the in-step look-up, H100 run c
+    had read keys_vt -3..+6%."""
     group = num_q_heads // max(num_kv_heads, 1)
     if seq_q == 1 and group >= 16 and 0 < page < tile_n:
         return 2
@@ -170,12 +171,13 @@ def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
 def choose_page_ahead(page: int, tile_n: int, form: int, page_mode: int = 1) -> bool:
     """Whether the split kernel looks a paged cache's page ids up one key tile ahead
     (tiles["PAGE_AHEAD"] = AHEAD_AUTO): where a tile lies in one page (page >= TILE_N: one
-    table load a step, on which both of the step's K/V boxes wait), and for gathered
-    tiles of several pages in the keys_vt form; not for gathered tiles in the rows form,
-    nor for boxes a page (PAGE_MODE 0: each box looks its own page up). H200, D 128, fp16, Hq 32, 14 shapes, 5 shuffled rounds
-    (results/decode-paged-h200-2026-11-27 run 1), ahead / in-step: 256-key pages
-    1.06-1.37 (GQA/MHA 1.19-1.37, MQA 1.06-1.13); 16-key pages, keys_vt (MQA Sq 1)
-    1.00-1.13; 16-key pages, rows form 0.97-1.00."""
+    table load a step, on which both of the step's K/V boxes wait), for gathered tiles of
+    several pages in the keys_vt form, and for boxes a page (PAGE_MODE 0); not for
+    gathered tiles in the rows form. Ahead / in-step, D 128, fp16, Hq 32, 5 shuffled
+    rounds, results/decode-paged-h100-2026-11-27 (H100, runs 3-5; H200 runs 1-2 in
+    brackets): 256-key pages GQA/MHA 1.04-1.15 [1.17-1.39], MQA 1.04-1.16 [1.06-1.13];
+    16-key gathered tiles in keys_vt (MQA Sq 1) 1.02-1.11 [1.00-1.13], in rows 0.97-1.00
+    [0.97-1.00]; 16-key boxes 1.06-1.54 (still 0.34-0.92 of the gather)."""
     if page <= 0:
         return False
     return page >= tile_n or (form == 2 and page_mode == 1) or page_mode == 0

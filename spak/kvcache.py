@@ -22,11 +22,11 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
   {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-  "PAGE_AHEAD"}
-  (gpu.plan_decode: keys per step, most query rows per block, how a tile of several pages
-  is read, the split kernel's occupancy hint, rows or keys in the tensor cores' M: -1
-  auto, 0 rows, 1 keys, 2 keys_vt; the split kernel's CTAs a block: 0 no hint, 1, 2, 4;
-  the K/V loads' DRAM latency hint, 1..10, 0 none). TILE_N and MAX_ROWS not given come
+  "PAGE_AHEAD"} (gpu.plan_decode: keys per step, most query rows per block, how a tile of
+  several pages is read, the split kernel's occupancy hint, rows or keys in the tensor
+  cores' M: -1 auto, 0 rows, 1 keys, 2 keys_vt; the split kernel's CTAs a block: 0 no
+  hint, 1, 2, 4; the K/V loads' DRAM latency hint, 1..10, 0 none; a paged cache's page
+  ids looked up in the key step, 0, or one tile ahead, 1: -1 auto). TILE_N and MAX_ROWS not given come
   from the tuned-config store's fmha_decode entry for this GPU and (dtype, D, Hq // Hkv,
   Sq, paged) when it has one (`spak sweep --family fmha_decode --update-store`), else
   from gpu.plan_decode.default_decode_tiles.

@@ -6,11 +6,14 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# (page, seq_q, heads, causal, tiles): a contiguous GQA decode with splits, and a paged MQA
+# (page, seq_q, heads, causal, tiles): a contiguous GQA decode with splits, a paged MQA
 # speculative step with causal masking and multi-page tiles, page by page (the default)
-# and gathered
+# and gathered, and tiles inside one page
 VARIANTS = [(0, 1, (32, 8), False, None), (16, 4, (8, 1), True, None),
-            (16, 1, (8, 2), False, {"PAGE_MODE": 1})]
+            (16, 1, (8, 2), False, {"PAGE_MODE": 1}),
+            # page ids one key tile ahead (PAGE_AHEAD auto): tiles inside 256-key pages in
+            # the rows form (GQA, and MQA since keys_vt is kept for gathered tiles)
+            (256, 1, (32, 8), False, None), (256, 1, (32, 1), False, None)]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])

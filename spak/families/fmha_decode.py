@@ -221,6 +221,10 @@ SHAPE_SETS: dict[str, list[str]] = {
         "2x16:16x2:257x64/causal/lens=2:257",
         "1x8:2x16:200x128/causal/splits=4",
         "1x28:4x333x80/lens=333",                             # group 7, D=80
+        # pages of a key tile or more: the page ids looked up a tile ahead (PAGE_AHEAD
+        # auto), a split ending mid-page, lengths 0 and 1, MQA in the rows form
+        "3x32:8x700x64/page256/lens=700:1:0/splits=3",
+        "2x32:1x600x64/page128/lens=600:257/splits=4",
     ],
     # the keys-in-M split kernel (KT_FORM 1, 2): MQA Sq 1 and 4 (32, 64 rows; 8 queries:
     # 2 query tiles), 16-key pages in one gathered tile, ragged lengths with 0 and 1
