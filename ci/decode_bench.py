@@ -247,6 +247,26 @@ def goal_ahead_grid() -> list[dict]:
     return cases
 
 
+def r27_grid() -> list[dict]:
+    """2026-11-27 (issue 18): batch-1 MQA (Sq 4 and 1) and B 8 MQA Sq 4, where the goal
+    grid stays furthest from the copy: split counts beside the rule's (which the combine
+    cap holds at 15 for 1x32:1x4:8192), and 128-row blocks (one query tile, K/V read once
+    a split) with their own counts."""
+    r128 = {"MAX_ROWS": 128}
+    grid = [((1, 1, 4, 8192), (32, 64), (64, 132)), ((1, 1, 4, 32768), (32, 132), (66, 132)),
+            ((1, 1, 4, 131072), (33, 132), (66, 132)), ((8, 1, 4, 8192), (4, 16), (8, 16)),
+            ((8, 1, 4, 32768), (4, 16), (8, 16)), ((1, 1, 1, 8192), (32, 128), ()),
+            ((1, 1, 1, 32768), (66,), ()), ((1, 1, 1, 131072), (66,), ())]
+    cases = []
+    for (B, hkv, sq, sk), ns, ns128 in grid:
+        extra = _splits(*ns)
+        if sq > 1:
+            extra["r128"] = {"tiles": r128}
+            extra.update(_splits(*ns128, tiles=r128))
+        cases.append(_case(B, hkv, sq, sk, extra=extra))
+    return cases
+
+
 #: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
 LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
@@ -1008,7 +1028,7 @@ def main(argv=None) -> int:
     ap.add_argument("--few-only", action="store_true",
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
-                                       "recheck", "goal_rep", "goal_ahead"),
+                                       "recheck", "goal_rep", "goal_ahead", "r27"),
                     default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -1020,7 +1040,7 @@ def main(argv=None) -> int:
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
-            "goal_ahead": goal_ahead_grid,
+            "goal_ahead": goal_ahead_grid, "r27": r27_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (
