@@ -267,6 +267,17 @@ def r27_grid() -> list[dict]:
     return cases
 
 
+def r27b_grid() -> list[dict]:
+    """2026-11-27 (issue 18), after r27: MQA Sq 4 at B 1 read 906 GB/s with the rule's 66
+    splits of a 131072-key cache, 1300 with 33 and 1390 with 132 (one timing each): the
+    split count over a finer range there and at 65536 keys, the combine cap at 8192."""
+    grid = [((1, 1, 4, 131072), (22, 33, 44, 55, 77, 88, 99, 110, 132)),
+            ((1, 1, 4, 65536), (33, 44, 88, 132)), ((1, 1, 4, 8192), (32, 64)),
+            ((1, 1, 4, 16384), (16, 32, 64)), ((8, 1, 4, 131072), (4, 16)),
+            ((1, 8, 4, 131072), (4, 8, 33)), ((1, 1, 1, 131072), (33, 66))]
+    return [_case(B, hkv, sq, sk, extra=_splits(*ns)) for (B, hkv, sq, sk), ns in grid]
+
+
 #: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
 LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
@@ -1028,7 +1039,7 @@ def main(argv=None) -> int:
     ap.add_argument("--few-only", action="store_true",
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
-                                       "recheck", "goal_rep", "goal_ahead", "r27"),
+                                       "recheck", "goal_rep", "goal_ahead", "r27", "r27b"),
                     default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -1040,7 +1051,7 @@ def main(argv=None) -> int:
     problems = [] if args.skip_checks else check_problems(args.quick, args.few_checks)
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
-            "goal_ahead": goal_ahead_grid, "r27": r27_grid,
+            "goal_ahead": goal_ahead_grid, "r27": r27_grid, "r27b": r27b_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (
