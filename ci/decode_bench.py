@@ -278,6 +278,18 @@ def r27b_grid() -> list[dict]:
     return [_case(B, hkv, sq, sk, extra=_splits(*ns)) for (B, hkv, sq, sk), ns in grid]
 
 
+def r27c_grid() -> list[dict]:
+    """2026-11-27 (issue 18), after r27b: batch-1 MQA Sq 4 (two query tiles a split) read
+    ~900 GB/s with 132 blocks (66 splits) at 131072 keys and ~1700 with 110 (55), 580 vs
+    1310 at 65536 (132 vs 88 blocks), yet 126 blocks were best at 32768 and 128 at B 8:
+    where between 110 and 132 blocks does it fall?"""
+    grid = [((1, 1, 4, 131072), (58, 60, 62, 63, 64, 65)),
+            ((1, 1, 4, 65536), (55, 60, 63, 64, 65)),
+            ((1, 1, 4, 32768), (55, 64, 65, 66)), ((8, 1, 4, 131072), (7,)),
+            ((2, 1, 4, 131072), (30, 32, 33)), ((1, 2, 4, 131072), (30, 32, 33))]
+    return [_case(B, hkv, sq, sk, extra=_splits(*ns)) for (B, hkv, sq, sk), ns in grid]
+
+
 #: the K/V loads' DRAM latency hint (tiles["LAT"]) at the default tiles
 LAT_KNOBS = {"l2": {"tiles": {"LAT": 2}}, "l5": {"tiles": {"LAT": 5}}}
 
@@ -1039,7 +1051,7 @@ def main(argv=None) -> int:
     ap.add_argument("--few-only", action="store_true",
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
-                                       "recheck", "goal_rep", "goal_ahead", "r27", "r27b"),
+                                       "recheck", "goal_rep", "goal_ahead", "r27", "r27b", "r27c"),
                     default="full")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -1052,6 +1064,7 @@ def main(argv=None) -> int:
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
             "goal_ahead": goal_ahead_grid, "r27": r27_grid, "r27b": r27b_grid,
+            "r27c": r27c_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (
