@@ -108,8 +108,21 @@ MAX_SPLITS = 256
 #: may reach at most COMBINE_SHARE of the K/V bytes.
 MIN_SPLIT_TILES = 1
 COMBINE_SHARE = 0.5
-#: The combine holds every split of a row chunk in registers: at most this many floats.
+#: The combine holds every split of a row chunk in registers: at most this many floats,
+#: half of it once the split tile reaches COMBINE_WIDE_SPLITS. sm_90 (tileiras 13.4,
+#: occupancy hint 4): 64 x 128 and 256 x 32 compile without spill, 128 x 64 spills 200
+#: B/thread, 128 x 32 does not; H100, the whole call at 66 splits, 128 x 64 -> 128 x 32
+#: (results/decode-splits-h100-2026-11-27, combine-probe; outputs bit-identical): MQA Sq 4
+#: batch 1 890 -> 1531 GB/s (131072 keys), 345 -> 813 (32768), 581 -> 1193 (65536); MQA
+#: Sq 1 1370 -> 1693; Hkv 2 Sq 4 1403 -> 2142.
 COMBINE_FLOATS = 8192
+COMBINE_WIDE_SPLITS = 128
+#: Split counts of (COMBINE_POW2_CAP, 2 * COMBINE_POW2_CAP) round down to the cap: past it
+#: the combine's split tile doubles (a power of two) for a few more splits. H100, batch-1
+#: MQA Sq 4 (two query tiles a split, results/decode-splits-h100-2026-11-27): 64 splits
+#: 1757-1796 GB/s vs the rule's 66 at 1531 (131072 keys, with the tiling above) and
+#: 1404-1426 vs 1193 (65536 keys).
+COMBINE_POW2_CAP = 64
 LAUNCH_NAMES = ("decode", "decode.split", "decode.combine", "varlen")
 DEFAULT_SMS = 132            # H100 SXM; the API passes the device's own count
 
@@ -189,13 +202,17 @@ def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: in
     tiles of cache capacity: one wave of blocks rounded down (num_sms // blocks, at least
     1), at least MIN_SPLIT_TILES tiles a split, at most MAX_SPLITS, and the combine's
     traffic (2 x splits x partial_bytes: written, then read) at most COMBINE_SHARE of
-    the K/V bytes. From the capacity, not the lengths: those live on the device (reading
-    them would cost a sync and break CUDA graph capture)."""
+    the K/V bytes; a count just past COMBINE_POW2_CAP rounds down to it. From the
+    capacity, not the lengths: those live on the device (reading them would cost a sync
+    and break CUDA graph capture)."""
     if blocks <= 0 or key_tiles <= 0:
         return 1
     want = min(max(num_sms // blocks, 1), max(key_tiles // MIN_SPLIT_TILES, 1))
     combine_cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial_bytes, 1))
-    return max(1, min(want, MAX_SPLITS, combine_cap))
+    n = max(1, min(want, MAX_SPLITS, combine_cap))
+    if COMBINE_POW2_CAP < n < 2 * COMBINE_POW2_CAP:
+        n = COMBINE_POW2_CAP
+    return n
 
 
 def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
@@ -216,10 +233,12 @@ def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
 def combine_tiles(splits: int, head_dim_v: int) -> tuple[int, int]:
     """(SPLITS_T, DV_T) of the combine: the split count rounded up to a power of two, and
     the output columns per block such that a row chunk of every split fits
-    COMBINE_FLOATS registers' worth (at least 32 columns: 64-byte output boxes)."""
+    COMBINE_FLOATS registers' worth (half of it from COMBINE_WIDE_SPLITS splits; at least
+    32 columns: 64-byte output boxes)."""
     splits_t = 1 << max(splits - 1, 0).bit_length()
     dv = _tile_width(head_dim_v)
-    return splits_t, min(dv, max(32, COMBINE_FLOATS // splits_t))
+    floats = COMBINE_FLOATS if splits_t < COMBINE_WIDE_SPLITS else COMBINE_FLOATS // 2
+    return splits_t, min(dv, max(32, floats // splits_t))
 
 
 def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,

@@ -156,6 +156,25 @@ def test_row_tiles_and_split_choice():
     # another GPU's SM count: its own wave
     assert choose_num_splits(8, 256, 48, kv_bytes=8 * 32768 * 512, **kw) == 6
     assert MAX_SPLITS == 256
+    # MQA Sq 4, batch 1 (two query tiles: 2 blocks), 128k keys: one wave is 66 splits,
+    # just past 64, where the combine's split tile would double: 64 (H100, results/
+    # decode-splits-h100-2026-11-27: 1757-1796 GB/s vs 1531 with 66)
+    kw4 = dict(partial_bytes=4 * 32 * 130 * 4)
+    assert choose_num_splits(2, 1024, 132, kv_bytes=131072 * 512, **kw4) == 64
+    assert choose_num_splits(1, 100, 132, kv_bytes=12800 * 512 * 64, **kw) == 64
+    assert choose_num_splits(1, 128, 132, kv_bytes=16384 * 512 * 64, **kw) == 128
+
+
+def test_combine_tiles_halve_the_chunk_from_128_splits():
+    """A [128, 64] float32 chunk spills under the combine's occupancy hint on sm_90; the
+    tiling keeps 4096 floats a block from 128 splits (results/decode-splits-h100-2026-11-27,
+    combine-probe: 1.2-2.4x on the whole call, the same bits)."""
+    from spak.gpu.plan_decode import combine_tiles
+    assert combine_tiles(2, 128) == (2, 128)
+    assert combine_tiles(64, 128) == (64, 128)
+    assert combine_tiles(65, 128) == (128, 32)
+    assert combine_tiles(132, 128) == (256, 32)
+    assert combine_tiles(200, 64) == (256, 32)
 
 
 def test_occupancy_hint_builds_the_hinted_split_kernel_only():
@@ -351,3 +370,16 @@ def test_decode_plan_cpu_gates(tmp_path):
     doc = json.loads((tmp_path / "report.json").read_text())
     passed = {(g["step"], g["metric"]) for g in doc["gates"] if g["status"] == "PASS"}
     assert ("splitkv", "Numerical error (simulator vs float64)") in passed
+
+
+def test_combine_of_100_splits_matches_float64():
+    """65-127 splits: the combine's [128, 32] chunks (two of a 64-wide row), on the
+    simulator, against float64; splits past the count read as weight 0."""
+    from spak.core.metrics import gate_for, rel_l2
+    from spak.cpu.simrun_decode import simulate_decode
+    from spak.families.fmha_decode import FAMILY
+    p = FAMILY.parse("1x8:1x12800x64/noncausal/lens=12799/splits=100/fp16")
+    inp = FAMILY.make_inputs(p, seed=5)
+    got, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits)
+    assert np.isfinite(got).all()
+    assert rel_l2(got, FAMILY.reference(p, inp)["out"]) <= gate_for(p.dtype)
