@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -624,6 +625,43 @@ def _graph_time(fn_list, reps=20):
         b.synchronize()
         times.append(a.elapsed_time(b) / len(fn_list))
     return float(np.median(times)), how
+
+
+def shuffled_rounds(P: dict, names: list, rounds: int, seed: int, first: str, log,
+                    label) -> dict:
+    """name -> ms per call of each round: `rounds` rounds, each in a fresh seeded shuffle
+    of `names`, after one discarded timing of `first` (the first-timing penalty of
+    results/decode-h100-2026-11-24d run 3). P[name]: the calls of one graph replay; a
+    failed timing is logged and recorded as NaN."""
+    rng = random.Random(seed)
+    ms = {n: [] for n in names}
+    _graph_time(P[first], reps=10)                   # discarded: a GPU already busy
+    for _ in range(rounds):
+        order = names[:]
+        rng.shuffle(order)
+        for n in order:
+            try:
+                ms[n].append(_graph_time(P[n])[0])
+            except Exception as e:  # noqa: BLE001 -- recorded
+                log(f"{label} {n}: {type(e).__name__}: {str(e)[:200]}")
+                ms[n].append(float("nan"))
+    return ms
+
+
+def time_shapes(shapes, time_shape, dev, rounds, seed0, emit, log):
+    """time_shape(shape, dev, rounds, seed, emit, log) for each shape (seeds seed0 + i);
+    a shape that fails is logged and the run goes on."""
+    for i, s in enumerate(shapes):
+        try:
+            time_shape(s, dev, rounds, seed0 + i, emit, log)
+        except Exception as e:  # noqa: BLE001 -- recorded
+            log(f"shape {s}: {type(e).__name__}: {str(e)[:300]}")
+
+
+def write_summary(out: str, text: str):
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
 
 
 def copy_ceiling(emit, log):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 
 import numpy as np
@@ -166,22 +165,11 @@ def agree(c, P, copies, lay, lens, lau, emit, log):
 
 def time_shape(c, dev, rounds, seed, emit, log):
     import torch
-    from decode_bench import _graph_time
+    from decode_bench import shuffled_rounds
     P, copies, lay, lens, lau, nl = providers(c, dev)
     agree(c, P, copies, lay, lens, lau, emit, log)
     names = [n for n in P if not ONLY or n in ONLY]
-    rng = random.Random(seed)
-    ms = {n: [] for n in names}
-    _graph_time(P["spak"], reps=10)                  # discarded: a GPU already busy
-    for r in range(rounds):
-        order = names[:]
-        rng.shuffle(order)
-        for n in order:
-            try:
-                ms[n].append(_graph_time(P[n])[0])
-            except Exception as e:  # noqa: BLE001 -- recorded
-                log(f"{c} {n}: {type(e).__name__}: {str(e)[:200]}")
-                ms[n].append(float("nan"))
+    ms = shuffled_rounds(P, names, rounds, seed, "spak", log, c)
     B, Hkv, Sk = c
     nbytes = B * Sk * Hkv * 512 + 4 * B * 32 * 128
     row = dict(kind="time", shape=f"{B}x32:{Hkv}x1:{Sk}", B=B, Hkv=Hkv, Sk=Sk, bytes=nbytes,
@@ -262,20 +250,13 @@ def main() -> int:
     COPIES = a.copies
     ONLY = [n for n in a.only.split(",") if n]
     import torch
-    from decode_bench import open_rows
+    from decode_bench import open_rows, time_shapes, write_summary
     rows, emit, log = open_rows(a.out)
     if not a.no_warm:
         warm(a.jobs, log)
-    dev = torch.device("cuda")
-    for i, c in enumerate(SHAPES):
-        try:
-            time_shape(c, dev, a.rounds, 1000 + i, emit, log)
-        except Exception as e:  # noqa: BLE001
-            log(f"shape {c}: {type(e).__name__}: {str(e)[:300]}")
+    time_shapes(SHAPES, time_shape, torch.device("cuda"), a.rounds, 1000, emit, log)
     checks(emit, log)
-    text = summary(rows)
-    open(os.path.join(a.out, "summary.md"), "w").write(text + "\n")
-    print(text)
+    write_summary(a.out, summary(rows))
     return 0
 
 

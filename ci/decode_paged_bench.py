@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 
 import numpy as np
@@ -131,22 +130,11 @@ def agree(shape, P, sets, emit, log):
 
 def time_shape(shape, dev, rounds, seed, emit, log):
     import torch
-    from decode_bench import _graph_time
+    from decode_bench import shuffled_rounds
     P, sets = providers(shape, dev)
     agree(shape, P, sets, emit, log)
     names = list(P)
-    rng = random.Random(seed)
-    ms = {n: [] for n in names}
-    _graph_time(P["contig"], reps=10)                 # discarded: a GPU already busy
-    for _ in range(rounds):
-        order = names[:]
-        rng.shuffle(order)
-        for n in order:
-            try:
-                ms[n].append(_graph_time(P[n])[0])
-            except Exception as e:  # noqa: BLE001 -- recorded
-                log(f"{shape} {n}: {type(e).__name__}: {str(e)[:200]}")
-                ms[n].append(float("nan"))
+    ms = shuffled_rounds(P, names, rounds, seed, "contig", log, shape)
     B, Hkv, Sq, Sk = shape
     nbytes = B * Sk * Hkv * 512 + 4 * B * Sq * 32 * 128
     med = {n: nbytes / float(np.median(v)) / 1e6 for n, v in ms.items()}
@@ -239,24 +227,17 @@ def main() -> int:
     global FORMS, P16
     FORMS, P16 = a.forms, a.page16
     import torch
-    from decode_bench import open_rows
+    from decode_bench import open_rows, time_shapes, write_summary
     shapes = SHAPES if a.shapes == "all" else SHORT
     if a.only_shapes:
         shapes = [SHAPES[int(i)] for i in a.only_shapes.split(",")]
     rows, emit, log = open_rows(a.out)
     if not a.no_warm:
         warm(shapes, a.jobs, log)
-    dev = torch.device("cuda")
-    for i, s in enumerate(shapes):
-        try:
-            time_shape(s, dev, a.rounds, 2000 + i, emit, log)
-        except Exception as e:  # noqa: BLE001
-            log(f"shape {s}: {type(e).__name__}: {str(e)[:300]}")
+    time_shapes(shapes, time_shape, torch.device("cuda"), a.rounds, 2000, emit, log)
     if not a.no_checks:
         checks(emit, log)
-    text = summary(rows)
-    open(os.path.join(a.out, "summary.md"), "w").write(text + "\n")
-    print(text)
+    write_summary(a.out, summary(rows))
     return 0
 
 

@@ -49,3 +49,50 @@ def test_every_graph_replay_makes_at_least_min_calls():
     sets = [str(i) for i in range(8)]
     assert bench.call_cycle(sets) == sets
     assert bench.MIN_CALLS >= 4
+
+
+def test_shuffled_rounds_time_every_provider_each_round(monkeypatch):
+    """The shared timer of ci/decode_paged_bench.py and ci/decode_gap_bench.py: one
+    discarded timing of `first`, then every provider once a round in a seeded shuffle; a
+    provider that raises is logged and recorded as NaN, the others go on."""
+    import math
+    calls, logged = [], []
+
+    def fake(fns, reps=20):
+        calls.append(fns[0])
+        if fns[0] == "bad":
+            raise RuntimeError("boom")
+        return {"a": 1.0, "b": 2.0}[fns[0]], "graph"
+    monkeypatch.setattr(bench, "_graph_time", fake)
+    P = {"a": ["a"], "b": ["b"], "bad": ["bad"]}
+    ms = bench.shuffled_rounds(P, ["a", "b", "bad"], 3, 7, "a", logged.append, "case")
+    assert calls[0] == "a" and len(calls) == 1 + 9
+    assert ms["a"] == [1.0] * 3 and ms["b"] == [2.0] * 3
+    assert all(math.isnan(x) for x in ms["bad"]) and len(logged) == 3
+    again = []
+
+    def record(fns, reps=20):
+        again.append(fns[0])
+        return 1.0, "graph"
+    monkeypatch.setattr(bench, "_graph_time", record)
+    bench.shuffled_rounds(P, ["a", "b", "bad"], 3, 7, "a", logged.append, "case")
+    assert again == calls                            # the same seed, the same orders
+
+
+def test_time_shapes_goes_on_after_a_failed_shape():
+    seen, logged = [], []
+
+    def time_shape(s, dev, rounds, seed, emit, log):
+        seen.append((s, seed))
+        if s == 2:
+            raise ValueError("no memory")
+    bench.time_shapes([1, 2, 3], time_shape, None, 1, 100, None, logged.append)
+    assert seen == [(1, 100), (2, 101), (3, 102)] and len(logged) == 1
+
+
+def test_r27_grids_time_the_counts_they_name():
+    for grid in (bench.r27_grid(), bench.r27b_grid(), bench.r27c_grid()):
+        for c in grid:
+            assert c["Sk"] >= 8192 and c["extra"]
+            for cfg in c["extra"].values():
+                assert cfg.get("num_splits", 1) >= 1

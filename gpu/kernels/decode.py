@@ -405,10 +405,8 @@ def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     for j in range(j0, mid):
         if ahead:
             pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
-        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT,
-                  pg, ahead)
-        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT,
-                  pg, ahead)
+        k, v = _kv_tile_keys(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
+                             PAGE_MODE, VT, LAT, pg, ahead)
         s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
         m_i, l_t, acc = _softmax_step_keys(s, v, m_i, l_t, acc, in_dtype, ROWS, VT, L_TILE)
         if ahead:
@@ -416,10 +414,8 @@ def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     for j in range(mid, j1):
         if ahead:
             pg_next = _page_ids(BT, b, j + 1, L, TILE_N, PAGE)
-        k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT,
-                  pg, ahead)
-        v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT,
-                  pg, ahead)
+        k, v = _kv_tile_keys(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE,
+                             PAGE_MODE, VT, LAT, pg, ahead)
         if ahead:
             pg = pg_next
         s = ct.mma(k, q_t, ct.full((TILE_N, ROWS), 0.0, dtype=ct.float32)) * c
@@ -430,6 +426,15 @@ def _attend_keys(q_t, K, V, BT, b, kv_h, qt, split, num_splits, L, seq_q, scale,
     if VT:
         acc = ct.transpose(acc)
     return m_i, l_t, acc
+
+
+def _kv_tile_keys(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE,
+                  VT, LAT, pg, AHEAD):
+    """(K [TN, D] as stored, V [TN, Dv] or V^T [Dv, TN] (VT)) of key tile j for the
+    keys-in-M form; pg: the tile's page ids where AHEAD (_page_ids)."""
+    k = _tile(K, BT, b, kv_h, j, L, HEAD_DIM, TILE_N, PAGE, PAGE_MODE, False, LAT, pg, AHEAD)
+    v = _tile(V, BT, b, kv_h, j, L, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, VT, LAT, pg, AHEAD)
+    return k, v
 
 
 def _mask_tail_keys(s, v, first_key, key_offs, L, q_pos, CAUSAL, N, VT):
