@@ -40,3 +40,30 @@ def pytest_collection_modifyitems(config, items):
 def rng(request) -> np.random.Generator:
     """A generator seeded from the test's id: fresh, non-zero data, reproducible per test."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """cuTile's launch runs the kernel in the CPU simulator on the tensors' memory, and
+    the device queries answer as an H100 would: the API's own code path, on the CPU."""
+    import contextlib
+
+    import cuda.tile as ct
+    import torch
+    from spak import sim
+    import spak.gpu.launch as gl
+    import spak.kvcache as kvc
+
+    def launch(stream, grid, kernel, args):
+        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
+                                  else a for a in args])
+    monkeypatch.setattr(ct, "launch", launch)
+    monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "device", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr(kvc, "_num_sms", lambda *a: 132)
+    monkeypatch.setattr(kvc, "_check_devices", lambda *a: None)
+    import spak.varlen as vl
+    real = vl.validate_varlen
+    monkeypatch.setattr(vl, "validate_varlen", lambda *a, **kw: real(*a, **kw,
+                                                                       require_cuda=False))

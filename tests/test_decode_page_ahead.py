@@ -104,3 +104,30 @@ def test_default_chooses_by_page_and_form():
     args, bt = _arrays(64)
     assert plan_decode(*args, block_table=bt, num_splits=2,
                        tiles={"TILE_N": 64})[0].args[-1] is True
+
+
+@pytest.mark.parametrize("case", [
+    "2x32:1x600x64/noncausal/page256/lens=600:129/fp16",    # one page a tile: rows form
+    "2x32:1x300x64/noncausal/page16/lens=300:17/fp16",      # gathered tiles: keys_vt
+    "2x8:2x3:400x64/causal/page128/lens=400:1/fp16"])       # GQA, Sq 3, a tile a page
+def test_fmha_kvcache_page_ahead_end_to_end(cpu_launch, case):
+    """spak.fmha_kvcache, the function users call, with its launch run on the simulator:
+    the default (look-ahead where choose_page_ahead says so), PAGE_AHEAD 1 and 0 agree to
+    the bit and meet the float64 gate, several splits, ragged lengths."""
+    torch = pytest.importorskip("torch")
+    import spak
+    from spak.core.metrics import gate_for, rel_l2
+    from spak.families.fmha_decode import FAMILY
+    p = FAMILY.parse(case)
+    x = FAMILY.make_inputs(p, seed=9)
+    t = {k: None if v is None else torch.from_numpy(v) for k, v in x.items()}
+    ref = FAMILY.reference(p, x)["out"]
+    outs = [spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                              block_table=t["block_table"], is_causal=p.causal, num_splits=3,
+                              tiles=tiles)
+            for tiles in (None, {"PAGE_AHEAD": 1}, {"PAGE_AHEAD": 0})]
+    for out in outs:
+        assert torch.isfinite(out).all()
+        assert rel_l2(out.numpy(), ref) <= gate_for(p.dtype)
+        assert torch.equal(out, outs[0])
+

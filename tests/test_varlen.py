@@ -5,8 +5,6 @@ checks, and the PyTorch entry points (spak.fmha_varlen, spak.fmha_kvcache) run e
 with cuTile's launch replaced by the simulator. All CPU."""
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -179,30 +177,6 @@ def test_varlen_custom_op_fake_shape():
                                          _i32(0, 4, 10), _i32(0, 5, 12), 6, 7, True, 0.125,
                                          64, 64, 0)
     assert tuple(out.shape) == (10, 4, 32) and out.dtype == torch.float16
-
-
-@pytest.fixture
-def cpu_launch(monkeypatch):
-    """cuTile's launch runs the kernel in the CPU simulator on the tensors' memory, and
-    the device queries answer as an H100 would: the API's own code path, on the CPU."""
-    import cuda.tile as ct
-    from spak import sim
-    import spak.gpu.launch as gl
-    import spak.kvcache as kvc
-
-    def launch(stream, grid, kernel, args):
-        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
-                                  else a for a in args])
-    monkeypatch.setattr(ct, "launch", launch)
-    monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(torch.cuda, "device", lambda *a: contextlib.nullcontext())
-    monkeypatch.setattr(kvc, "_num_sms", lambda *a: 132)
-    monkeypatch.setattr(kvc, "_check_devices", lambda *a: None)
-    import spak.varlen as vl
-    real = vl.validate_varlen
-    monkeypatch.setattr(vl, "validate_varlen", lambda *a, **kw: real(*a, **kw,
-                                                                       require_cuda=False))
 
 
 def test_fmha_varlen_end_to_end_on_the_simulator(cpu_launch):
