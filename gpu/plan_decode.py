@@ -279,8 +279,11 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
     if form == KT_AUTO:
         form = choose_kt_form(Hq, Hkv, Sq, page, tn)
+    # only a paged cache has page ids to look up: contiguous plans keep one variant
     if ahead == AHEAD_AUTO:
         ahead = choose_page_ahead(page, tn, form, page_mode)
+    else:
+        ahead = bool(ahead) and page > 0
     tiles_qh = (Hq // gt) * -(-Sq // sq_t)
     splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv)
     alloc = _resolve_alloc(alloc, q)
@@ -425,7 +428,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, bool]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -441,9 +444,7 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
     if ctas not in NUM_CTAS_VALUES:
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
-    # only a paged cache has page ids to look up: contiguous plans keep one variant
     ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
-    ahead = False if page <= 0 else ahead if ahead == AHEAD_AUTO else bool(ahead)
     return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead
 
 

@@ -550,8 +550,7 @@ def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_M
         if AHEAD:
             pages = pg
         else:
-            pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32),
-                                                 last)))
+            pages = _page_ids(BT, b, j, L, TILE_N, PAGE)
         k = ct.load_advanced_indexing(K, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, HEAD_DIM)),
                                       padding_mode=ct.PaddingMode.ZERO,
@@ -606,8 +605,7 @@ def _tile(X, BT, b, kv_h, j, L, DIM, TILE_N, PAGE, PAGE_MODE, T, LAT, pg, AHEAD)
         if AHEAD:
             pages = pg
         else:
-            pages = ct.gather(BT, (b, ct.minimum(first + ct.arange(n, dtype=ct.int32),
-                                                 last)))
+            pages = _page_ids(BT, b, j, L, TILE_N, PAGE)
         x = ct.load_advanced_indexing(X, (pages, ct.Slice(0, PAGE), ct.Slice(kv_h, 1),
                                           ct.Slice(0, DIM)),
                                       padding_mode=ct.PaddingMode.ZERO,
