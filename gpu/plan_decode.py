@@ -32,10 +32,12 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from .kernels import decode as _decode
+from .kernels import fused as _fused
 from .variants import with_hints
 from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_head_dims,
                    _check_inputs, _check_int, _check_scale, _dtype_name, _launch, _shape,
-                   _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles)
+                   _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles,
+                   raw_max_args)
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
            "row_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
@@ -58,8 +60,10 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
              "PAGE_AHEAD")
 #: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
 #: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
-#: causal, as spak.fmha; 0: the head tile fastest).
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
+#: causal, as spak.fmha; 0: the head tile fastest). KERNEL (A/B, temporary): 1 the
+#: padded forward's block over per-sequence views (fused.fmha_varlen_kernel), 0 the
+#: decode key loop (decode.varlen_kernel).
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST", "KERNEL")
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
 #: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100
@@ -145,7 +149,7 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
     tile fastest, non-causal; 368 vs 361 causal; results/decode-h100-2026-11-24b run A)."""
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
-    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 1}
+    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 1, "KERNEL": 1}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -357,10 +361,16 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tm, tn, qt_first = _check_varlen_tiles(tiles, D, arch, causal)
+    tm, tn, qt_first, fused = _check_varlen_tiles(tiles, D, arch, causal)
     B = cq[0] - 1
     if B == 0 or Tq == 0 or Hq == 0 or max_q == 0 or Tk == 0:
         return []
+    if fused:
+        raw_max, c_pow2 = raw_max_args(scale, False)
+        return [_launch(_fused.fmha_varlen_kernel, (-(-max_q // tm), Hq, B),
+                        (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2,
+                         _tile_width(D), _tile_width(Dv), tm, tn, causal, raw_max,
+                         Hq // Hkv), "varlen")]
     # one head per block: prefill has rows enough (GQA packing matters when few rows share
     # a K/V tile; here a tile of TILE_M queries does)
     gt, sq_t = 1, tm
@@ -375,7 +385,8 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
                     f"keys {VARLEN_TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_M", "TILE_N"))
     qt_first = _check_int("tiles['QT_FIRST']", t["QT_FIRST"], 0, 1)
-    return t["TILE_M"], t["TILE_N"], qt_first
+    fused = _check_int("tiles['KERNEL']", t["KERNEL"], 0, 1)
+    return t["TILE_M"], t["TILE_N"], qt_first, fused
 
 
 # --------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from .tile import counted
 _PASS_THROUGH = {
     "Constant", "ConstantAnnotation", "ArrayAnnotation", "ListAnnotation", "ScalarInt64",
     "IndexedWithInt64", "DType", "PaddingMode", "RoundingMode", "MemoryOrder", "MemoryScope",
-    "ByTarget", "Tile", "Array", "Scalar", "TiledView",
+    "ByTarget", "Tile", "Scalar", "TiledView",
 }
 
 _FROM_MEMORY = {"load": memory.load, "store": memory.store}
@@ -62,8 +62,15 @@ def build() -> types.ModuleType:
     mod.kernel = _passthrough_decorator
     mod.function = _passthrough_decorator
     mod.Slice = indexing.Slice          # cuTile's Slice can only be built by its compiler
+    mod.Array = _KernelArray
     mod.launch = _launch_in_kernel
     return mod
+
+
+class _KernelArray:
+    """ct.Array as a simulated kernel sees it: kernel arrays are sim.memory.SimArray; the
+    class itself is reached only for its static constructor from_foreign."""
+    from_foreign = staticmethod(memory.SimArray.from_foreign)
 
 
 def _launch_in_kernel(*args, **kwargs):

@@ -145,14 +145,46 @@ class SimArray:
 
     @property
     def foreign_pointer(self):
-        from .errors import SimNotSupported
-        raise SimNotSupported("Array.foreign_pointer is not supported by the simulator "
-                              "(foreign calls have no CPU counterpart)")
+        """This array's first element as a ForeignPointer (cuTile's Array.foreign_pointer)."""
+        return ForeignPointer(self)
 
     @staticmethod
     def from_foreign(pointer, shape, strides):
-        from .errors import SimNotSupported
-        raise SimNotSupported("Array.from_foreign is not supported by the simulator")
+        """cuTile's Array.from_foreign: an array of `shape` and element `strides` whose first
+        element is `pointer`'s. A view of the pointer's memory (shared write record); an
+        element past that memory raises, where the GPU would read or write whatever is there."""
+        if not isinstance(pointer, ForeignPointer):
+            raise SimTypeError(f"Array.from_foreign needs a foreign pointer "
+                               f"(Array.foreign_pointer), got {type(pointer).__name__}")
+        if len(shape) != len(strides):
+            raise SimTypeError(f"Array.from_foreign: shape {tuple(shape)} and strides "
+                               f"{tuple(strides)} differ in length")
+        shape = tuple(int(n) for n in shape)
+        strides = tuple(int(st) for st in strides)
+        base = pointer.array
+        if any(n < 0 for n in shape) or any(st < 0 for st in strides):
+            raise SimulationError(f"Array.from_foreign over '{base.name}': negative shape "
+                                  f"{shape} or strides {strides}")
+        size = base._root.data.size
+        if all(shape):
+            last = base._offset + sum((n - 1) * st for n, st in zip(shape, strides))
+            if last >= size:
+                raise SimulationError(
+                    f"Array.from_foreign over '{base.name}': shape {shape} with strides "
+                    f"{strides} reaches element {last} of {size} from its pointer's memory")
+        return base._view(base._offset, shape, strides, f"foreign({base.name})")
+
+
+class ForeignPointer:
+    """Array.foreign_pointer in the simulator: the array it came from (its memory and first
+    element). As on the GPU it takes no arithmetic; Array.from_foreign is its one use."""
+    __slots__ = ("array",)
+
+    def __init__(self, array: SimArray):
+        self.array = array
+
+    def __repr__(self):
+        return f"ForeignPointer({self.array.name})"
 
 
 # ---------------------------------------------------------------------------------------

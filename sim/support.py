@@ -214,8 +214,8 @@ SUPPORT: dict[str, tuple[str, str]] = {
                      "CPU, for host code that allocates on the GPU by name); lists of "
                      "arrays as arguments; inside a kernel it raises"),
     "compiler_timeout": (HOST, "context manager; nothing is compiled"),
-    "foreign_pointer_dtype": (HOST, "dtype factory passes through; foreign pointers themselves "
-                                    "(Array.foreign_pointer, Array.from_foreign) are unsupported"),
+    "foreign_pointer_dtype": (HOST, "dtype factory passes through (foreign calls themselves "
+                                    "have no CPU counterpart)"),
     "kernel": (HOST, "decorator; sim.launch runs its Python function"),
     "function": (HOST, "decorator; runs as a Python function"),
     "tune": (HOST, "autotuning module; in interpreter mode exhaustive_search returns the "
@@ -236,7 +236,8 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "float8_e5m3fnu": (UNSUP, "fp8 dtype: no storage or conversion model in the simulator"),
     "float4_e2m1fn": (UNSUP, "fp4 dtype: no storage or conversion model in the simulator"),
     # --- classes, enums, annotations, exceptions ------------------------------------------------
-    "Array": (HOST, "kernel arrays are sim.SimArray (numpy arrays, in place)"),
+    "Array": (HOST, "kernel arrays are sim.SimArray (numpy arrays, in place); ct.Array in a "
+                    "kernel reaches Array.from_foreign"),
     "Tile": (HOST, "kernel tiles are sim.tile.Tile"),
     "TiledView": (HOST, "Array.tiled_view returns sim.views.TiledView"),
     "Slice": (EXACT, "ct.Slice(start, length) for advanced indexing (sim.indexing.Slice)"),
@@ -266,8 +267,9 @@ METHODS: dict[str, tuple[str, str]] = {
     "Array.slice": (EXACT, "a view sharing the array's memory and write record"),
     "Array.tiled_view": (EXACT, "tile_shape, padding_mode, traversal_steps"),
     "Array.get_raw_memory": (EXACT, "offsets outside the array raise"),
-    "Array.foreign_pointer": (UNSUP, "foreign calls have no CPU counterpart"),
-    "Array.from_foreign": (UNSUP, "foreign calls have no CPU counterpart"),
+    "Array.foreign_pointer": (EXACT, "a pointer only Array.from_foreign consumes (as on the GPU)"),
+    "Array.from_foreign": (EXACT, "a view of the pointer's memory and write record; elements "
+                                  "past that memory raise"),
     "TiledView.dtype": (EXACT, ""), "TiledView.tile_shape": (EXACT, ""),
     "TiledView.traversal_steps": (EXACT, ""),
     "TiledView.num_tiles": (EXACT, "traversal_steps != tile_shape unsupported (size not documented)"),

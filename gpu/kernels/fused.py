@@ -323,3 +323,54 @@ def _raw_max_step(x, m_i, c, c_pow2, huge_max):
     p = ct.exp2(x * c_row - mb, flush_to_zero=True)                    # FFMA + EX2
     alpha = ct.exp2(m_i * c_row - mb, flush_to_zero=True)              # FFMA + EX2
     return m_new, p, alpha
+
+
+# --------------------------------------------------------------------------------------
+# Packed variable-length batches: the same block over one sequence's rows
+# --------------------------------------------------------------------------------------
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))      # as fmha_fwd_kernel
+def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
+                       scale: float, scale_log2_pow2: float,
+                       HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                       TILE_M: ConstInt, TILE_N: ConstInt,
+                       CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt):
+    """The forward over a packed variable-length batch (FlashAttention's varlen layout):
+    Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
+    rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
+
+    Grid (cdiv(max_seqlen_q, TILE_M), Hq, B), as fmha_fwd_kernel's with the longest
+    sequence's query tiles. Each block views its sequence's rows as the padded forward's
+    [1, H, L, D] arrays (the same memory, strides permuted: _sequence_view) and runs
+    _fmha_fwd_block on them unchanged: the same loads, tiles, RAW_MAX and code, so a
+    packed batch costs what the padded one does. Views end at the sequence, so rows and
+    keys past it read as zeros and are never written. Causal: bottom-right per sequence."""
+    bid_m = ct.bid(0)
+    if CAUSAL:
+        bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
+    b, h, kv_h = _head_coords(GROUP)
+    q0, lq = _segment(CuQ, b, Q.shape[0])
+    if bid_m * TILE_M < lq:                       # tiles past the sequence: nothing
+        k0, lk = _segment(CuK, b, K.shape[0])
+        _fmha_fwd_block(_sequence_view(Q, q0, lq), _sequence_view(K, k0, lk),
+                        _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq), Q, None,
+                        scale, scale_log2_pow2, 0, h, kv_h, bid_m,
+                        HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, False, RAW_MAX,
+                        0, 0, False)
+
+
+def _segment(Cu, b, total):
+    """(start, length) of sequence b: Cu[b]:Cu[b+1] clamped into [0, total] (the offsets are
+    device data the host never reads: a bad one must not reach past the array)."""
+    start = min(max(ct.load(Cu, index=(b,), shape=()), 0), total)
+    stop = min(max(ct.load(Cu, index=(b + 1,), shape=()), start), total)
+    return start, stop - start
+
+
+def _sequence_view(X, start, length):
+    """Rows [start, start + length) of a packed [total, H, D] array as a [1, H, length, D]
+    array: the padded forward's layout over the same memory, no copy."""
+    first = min(start, X.shape[0] - 1)            # an empty run still needs a valid slice
+    rows = X.slice(0, first, first + length)
+    return ct.Array.from_foreign(rows.foreign_pointer,
+                                 (1, X.shape[1], length, X.shape[2]),
+                                 (X.strides[0], X.strides[1], X.strides[0], X.strides[2]))
