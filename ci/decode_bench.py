@@ -866,6 +866,43 @@ def _varlen_launch(q, k, v, cu, Lmax, causal, tiles):
     return lambda: ct.launch(torch.cuda.current_stream(), L.grid, L.kernel, L.args)
 
 
+def _torch_varlen(q, k, v, cu, Lmax, causal):
+    """PyTorch's packed varlen attention (torch.nn.attention.varlen.varlen_attn, a
+    FlashAttention kernel), the peer on the same packed tensors; its causal argument is
+    is_causal in some releases, window_size=(-1, 0) in others."""
+    import inspect
+    from torch.nn.attention.varlen import varlen_attn
+    params = inspect.signature(varlen_attn).parameters
+    kw = {"enable_gqa": True} if "enable_gqa" in params else {}
+    if "is_causal" in params:
+        kw["is_causal"] = causal
+    elif causal:
+        kw["window_size"] = (-1, 0)
+    return lambda: varlen_attn(q, k, v, cu, cu, Lmax, Lmax, **kw)
+
+
+def _fmha_strided(q, k, v, B, L, causal):
+    """spak.fmha's forward kernel and config (the tuned store's, as spak.fmha resolves it)
+    launched on the packed rows seen as [B, H, L, D] strided views: the varlen memory
+    layout with descriptors made on the host, to price the per-sequence views."""
+    import cuda.tile as ct
+    import torch
+    from spak.api import resolve_tiles
+    from spak.gpu.plan import plan_fmha
+    from spak.gpu.variants import with_hints
+    Hq, D = q.shape[1], q.shape[2]
+    t = resolve_tiles("fused", q.dtype, D, causal, L, q.device, rows=B * Hq * L)
+    tiles = {key: int(t[key]) for key in ("TILE_M", "TILE_N", "LAT_K", "LAT_V") if t.get(key)}
+    view = (lambda x: x.view(B, L, x.shape[1], x.shape[2]).transpose(1, 2))
+    out = torch.empty_like(q)
+    dense = [view(x).contiguous() for x in (q, k, v, out)]
+    (Lc,) = plan_fmha("fused", *dense, causal=causal, tiles=tiles)
+    kernel = with_hints(Lc.kernel, occupancy=t.get("occupancy") or None,
+                        num_ctas=t.get("num_ctas") or None)
+    args = (view(q), view(k), view(v), view(out)) + tuple(Lc.args[4:])
+    return lambda: ct.launch(torch.cuda.current_stream(), Lc.grid, kernel, args)
+
+
 def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
     """spak.fmha_varlen on a packed prefill batch (queries = keys per sequence) against
     spak.fmha on the batch padded to the longest sequence, spak.fmha once per sequence,
@@ -899,7 +936,9 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
         flop = sum(4.0 * Hq * n * n * D for n in lens) / (2 if causal else 1)
         fns = {
             "varlen": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal),
+            "varlen_default": _varlen_launch(q, k, v, cu, Lmax, causal, {}),
             "varlen_loop": _varlen_launch(q, k, v, cu, Lmax, causal, {"KERNEL": 0}),
+            "torch_varlen": _torch_varlen(q, k, v, cu, Lmax, causal),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)
                                      for a, b_, c in seqs],
@@ -911,6 +950,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
                     return F.scaled_dot_product_attention(qp, kp, vp, is_causal=causal,
                                                           enable_gqa=True)
             fns[nm] = sd
+        if len(set(lens)) == 1:          # the packed rows as a [B, H, L, D] strided batch
+            fns["fmha_bshd"] = _fmha_strided(q, k, v, B, Lmax, causal)
         names = list(fns)
         ms = shuffled_rounds({n: [f] for n, f in fns.items()}, names, rounds,
                              zlib.crc32(f"{name}{causal}".encode()), "fmha_padded", log,
@@ -1109,8 +1150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--few-only", action="store_true",
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
-                                       "recheck", "goal_rep", "goal_ahead", "r27", "r27b", "r27c"),
-                    default="full")
+                                       "recheck", "goal_rep", "goal_ahead", "r27", "r27b", "r27c",
+                                       "none"),
+                    default="full", help="decode shapes to time (none: only --varlen's)")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
                     help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
@@ -1122,7 +1164,7 @@ def main(argv=None) -> int:
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
             "goal_ahead": goal_ahead_grid, "r27": r27_grid, "r27b": r27b_grid,
-            "r27c": r27c_grid,
+            "r27c": r27c_grid, "none": lambda: [],
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (

@@ -58,12 +58,11 @@ __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen
 #: (AHEAD_AUTO, the default) choose_page_ahead.
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
              "PAGE_AHEAD")
-#: Config keys of a varlen `tiles` dict: query rows per block, keys per step, and the
-#: block order (QT_FIRST 1: the query tile the fastest block index, longest first when
-#: causal, as spak.fmha; 0: the head tile fastest). KERNEL (A/B, temporary): 1 the
-#: padded forward's block over per-sequence views (fused.fmha_varlen_kernel), 0 the
-#: decode key loop (decode.varlen_kernel).
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST", "KERNEL")
+#: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
+#: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
+#: kernel's own). KERNEL (A/B, temporary): 1 the padded forward's block over
+#: per-sequence views (fused.fmha_varlen_kernel), 0 the decode key loop (varlen_kernel).
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "KERNEL")
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
 #: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100
@@ -143,13 +142,14 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
-    """{"TILE_M", "TILE_N", "QT_FIRST"} of the varlen kernel: spak.fmha's defaults for the
-    head dim (gpu.plan.default_tiles), so the two compare tile for tile, and spak.fmha's
-    block order (QT_FIRST 1; H100, 8 x 2048, Hq 32, Hkv 8: 546 TFLOPS vs 486 with the head
-    tile fastest, non-causal; 368 vs 361 causal; results/decode-h100-2026-11-24b run A)."""
+    """The varlen kernel's config where the tuned store has none: spak.fmha's default tiles
+    for the head dim (gpu.plan.default_tiles), no hints. spak.fmha_varlen looks up the
+    store as spak.fmha does (spak.api.resolve_tiles), so a packed batch and the padded
+    one launch the same config."""
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
-    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "QT_FIRST": 1, "KERNEL": 1}
+    return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "LAT_K": 0, "LAT_V": 0,
+            "OCCUPANCY": 0, "NUM_CTAS": 0, "KERNEL": 1}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -361,32 +361,38 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tm, tn, qt_first, fused = _check_varlen_tiles(tiles, D, arch, causal)
+    t = _check_varlen_tiles(tiles, D, arch, causal)
+    tm, tn = t["TILE_M"], t["TILE_N"]
     B = cq[0] - 1
     if B == 0 or Tq == 0 or Hq == 0 or max_q == 0 or Tk == 0:
         return []
-    if fused:
+    if t["KERNEL"]:
         raw_max, c_pow2 = raw_max_args(scale, False)
-        return [_launch(_fused.fmha_varlen_kernel, (-(-max_q // tm), Hq, B),
+        kernel = with_hints(_fused.fmha_varlen_kernel, occupancy=t["OCCUPANCY"] or None,
+                            num_ctas=t["NUM_CTAS"] or None)
+        return [_launch(kernel, (-(-max_q // tm), Hq, B),
                         (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2,
                          _tile_width(D), _tile_width(Dv), tm, tn, causal, raw_max,
-                         Hq // Hkv), "varlen")]
+                         Hq // Hkv, t["LAT_K"], t["LAT_V"]), "varlen")]
     # one head per block: prefill has rows enough (GQA packing matters when few rows share
     # a K/V tile; here a tile of TILE_M queries does)
     gt, sq_t = 1, tm
     grid = ((Hq // gt) * -(-max_q // sq_t), 1, B)
     return [_launch(_decode.varlen_kernel, grid,
                     (q, k, v, cu_seqlens_q, cu_seqlens_k, out, scale, _tile_width(D),
-                     _tile_width(Dv), sq_t, gt, tn, causal, bool(qt_first)), "varlen")]
+                     _tile_width(Dv), sq_t, gt, tn, causal, True), "varlen")]
 
 
-def _check_varlen_tiles(tiles, head_dim, arch, causal) -> tuple[int, int]:
+def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
     t = merge_tiles(tiles, default_varlen_tiles(head_dim, arch, causal), VARLEN_TILE_KEYS,
                     f"keys {VARLEN_TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_M", "TILE_N"))
-    qt_first = _check_int("tiles['QT_FIRST']", t["QT_FIRST"], 0, 1)
-    fused = _check_int("tiles['KERNEL']", t["KERNEL"], 0, 1)
-    return t["TILE_M"], t["TILE_N"], qt_first, fused
+    for key in ("LAT_K", "LAT_V"):
+        _check_int(f"tiles['{key}']", t[key], 0, 10)
+    _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, 32)
+    _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, 16)
+    _check_int("tiles['KERNEL']", t["KERNEL"], 0, 1)
+    return t
 
 
 # --------------------------------------------------------------------------------------

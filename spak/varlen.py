@@ -16,12 +16,14 @@ CUDA tensors, in FlashAttention's varlen convention:
   FlashAttention; rows of a query run past max_seqlen_q are left unwritten).
 * is_causal: bottom-right per sequence: query i of a run of Lq sees keys j <= i + Lk - Lq
   (FlashAttention >= 2.1); rows that see no key give zeros.
-* scale: default 1/sqrt(D); any finite real number. tiles: {"TILE_M", "TILE_N"}
-  (gpu.plan_decode.default_varlen_tiles: spak.fmha's defaults).
+* scale: default 1/sqrt(D); any finite real number. tiles: {"TILE_M", "TILE_N"}, as for
+  spak.fmha; default: spak.fmha's config for the padded batch (the tuned-config store's
+  entry for this GPU, head dim, causal flag and max_seqlen_k, else the default tiles).
 
-Returns [total_q, Hq, Dv] in q's dtype. Forward only. The kernel is the decode family's key
-loop (gpu/kernels/decode.py, varlen_kernel): one block per (query tile, head, sequence),
-each viewing its sequence's rows as arrays of their own. Registered as the custom op
+Returns [total_q, Hq, Dv] in q's dtype. Forward only. The kernel is spak.fmha's forward
+block (gpu/kernels/fused.py, fmha_varlen_kernel): one block per (query tile, head,
+sequence), each viewing its sequence's rows as a padded batch of one, so each sequence's
+output equals spak.fmha's on that sequence alone, bit for bit. Registered as the custom op
 ``torch.ops.spak.fmha_varlen`` (fake implementation included) for torch.compile; it
 launches on the current stream, so it can be captured in a CUDA graph. Every bad input
 raises ValueError/TypeError naming the argument before anything runs (docs/errors.md).
@@ -40,7 +42,7 @@ from spak.torch_checks import check_scale as _check_scale
 
 __all__ = ["fmha_varlen", "validate_varlen"]
 
-TILE_KEYS = ("TILE_M", "TILE_N", "QT_FIRST")
+TILE_KEYS = ("TILE_M", "TILE_N")
 
 
 def _check_3d(name, t):
@@ -90,8 +92,7 @@ def _check_max(name, n):
 
 
 def _check_tiles(tiles):
-    return check_tiles(tiles, TILE_KEYS, "{'TILE_M': int, 'TILE_N': int}",
-                       {"QT_FIRST": ((0, 1), "1: the query tile the fastest block index")})
+    return check_tiles(tiles, TILE_KEYS, "{'TILE_M': int, 'TILE_N': int}")
 
 
 def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -121,20 +122,35 @@ def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 _PLANS: dict = {}
 
 
-def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, tile_m, tile_n,
-               qt_first):
+def _config(q, cu_q, max_q, max_k, is_causal, tile_m, tile_n, lat_k, lat_v, occupancy,
+            num_ctas) -> dict:
+    """plan_varlen's tiles: the op's config, or (tile_m or tile_n 0: not chosen by the
+    caller) spak.fmha's for the padded batch, looked up at run time as spak.fmha does
+    (under torch.compile too: the op's arguments are zeros then)."""
+    if tile_m and tile_n:
+        return {"TILE_M": tile_m, "TILE_N": tile_n, "LAT_K": lat_k, "LAT_V": lat_v,
+                "OCCUPANCY": occupancy, "NUM_CTAS": num_ctas}
+    from spak.api import resolve_tiles
+    given = {key: val for key, val in (("TILE_M", tile_m), ("TILE_N", tile_n)) if val}
+    t = resolve_tiles("fused", q.dtype, q.shape[2], is_causal, max_k, q.device,
+                      given or None, rows=(cu_q.shape[0] - 1) * q.shape[1] * max_q)
+    return {"TILE_M": int(t["TILE_M"]), "TILE_N": int(t["TILE_N"]),
+            "LAT_K": int(t.get("LAT_K") or 0), "LAT_V": int(t.get("LAT_V") or 0),
+            "OCCUPANCY": int(t.get("occupancy") or 0), "NUM_CTAS": int(t.get("num_ctas") or 0)}
+
+
+def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, config):
     """gpu.plan_decode.plan_varlen's launch with the tensors' places named, per (shapes,
     flags, config): planning costs host time a short kernel would not."""
     key = (q.shape, k.shape, v.shape, cu_q.shape, q.dtype, q.device, max_q, is_causal,
-           scale, tile_m, tile_n, qt_first)
+           scale, tuple(config.items()))
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
     from spak.gpu.plan_decode import plan_varlen
     major, minor = torch.cuda.get_device_capability(q.device)
     launches = plan_varlen(q, k, v, cu_q, cu_k, out, max_seqlen_q=max_q, max_seqlen_k=max_k,
-                           causal=is_causal, scale=scale,
-                           tiles={"TILE_M": tile_m, "TILE_N": tile_n, "QT_FIRST": qt_first},
+                           causal=is_causal, scale=scale, tiles=config,
                            arch=f"sm_{major}{minor}")
     names = {id(q): "q", id(k): "k", id(v): "v", id(cu_q): "cq", id(cu_k): "ck", id(out): "out"}
     cached = [(L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
@@ -147,8 +163,10 @@ def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, tile_m,
 
 def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, is_causal: bool,
-          scale: float, tile_m: int, tile_n: int, qt_first: int) -> torch.Tensor:
-    """The custom op's CUDA body; arguments validated by fmha_varlen."""
+          scale: float, tile_m: int = 0, tile_n: int = 0, lat_k: int = 0, lat_v: int = 0,
+          occupancy: int = 0, num_ctas: int = 0) -> torch.Tensor:
+    """The custom op's CUDA body; arguments validated by fmha_varlen. tile_m/tile_n 0: the
+    config spak.fmha would launch for the padded batch (_config)."""
     q, k, v = (t.contiguous() for t in (q, k, v))
     cq, ck = (c if c.dtype == torch.int32 else c.to(torch.int32)
               for c in (cu_seqlens_q, cu_seqlens_k))
@@ -158,8 +176,10 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
+    config = _config(q, cq, max_seqlen_q, max_seqlen_k, is_causal, tile_m, tile_n, lat_k,
+                     lat_v, occupancy, num_ctas)
     templates = _templates(q, k, v, cq, ck, out, max_seqlen_q, max_seqlen_k, is_causal,
-                           scale, tile_m, tile_n, qt_first)
+                           scale, config)
     if not templates:                     # no key anywhere (or max_seqlen_q == 0): zeros
         return out.zero_()
     tensors = {"q": q, "k": k, "v": v, "cq": cq, "ck": ck, "out": out}
@@ -173,7 +193,7 @@ _op.__doc__ = "torch.ops.spak.fmha_varlen: spak.fmha_varlen's kernel (inputs val
 
 @_op.register_fake
 def _fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal, scale,
-          tile_m, tile_n, qt_first):
+          tile_m=0, tile_n=0, lat_k=0, lat_v=0, occupancy=0, num_ctas=0):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
@@ -183,12 +203,14 @@ def fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     """softmax(q K^T * scale) V per packed sequence; see the module docstring."""
     s, t = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            is_causal=is_causal, scale=scale, tiles=tiles)
-    from spak.gpu.plan_decode import default_varlen_tiles
-    major, minor = torch.cuda.get_device_capability(q.device)
-    cfg = {**default_varlen_tiles(q.shape[2], f"sm_{major}{minor}", is_causal), **t}
+    tile_m = tile_n = 0                   # 0: spak.fmha's config, looked up in the op
+    if t:
+        from spak.gpu.plan_decode import default_varlen_tiles
+        major, minor = torch.cuda.get_device_capability(q.device)
+        cfg = {**default_varlen_tiles(q.shape[2], f"sm_{major}{minor}", is_causal), **t}
+        tile_m, tile_n = cfg["TILE_M"], cfg["TILE_N"]
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-            is_causal, 1.0 / math.sqrt(q.shape[2]) if s is None else s,
-            cfg["TILE_M"], cfg["TILE_N"], cfg["QT_FIRST"])
+            is_causal, 1.0 / math.sqrt(q.shape[2]) if s is None else s, tile_m, tile_n)
     from spak.kvcache import _plain_eager
     if not _plain_eager(q, k, v, cu_seqlens_q, cu_seqlens_k) or (
             torch.is_grad_enabled() and q.requires_grad):

@@ -95,6 +95,31 @@ def test_slice_tiled_view_and_raw_memory(rng):
 
 
 @ct.kernel
+def transposed_rows(X, Y, OFF, N, H: C, D: C):
+    """Rows [OFF, OFF + N) of X [T, H, D] seen as [H, N, D] (the varlen forward's view)."""
+    rows = X.slice(0, OFF, OFF + N)
+    view = ct.Array.from_foreign(rows.foreign_pointer, (H, N, D),
+                                 (X.strides[1], X.strides[0], X.strides[2]))
+    ct.store(Y, (0, 0, 0), ct.load(view, (0, 0, 0), (H, 8, D),
+                                   padding_mode=ct.PaddingMode.ZERO))
+
+
+def test_from_foreign_views_a_slice_with_permuted_strides(rng):
+    x = rng.standard_normal((20, 2, 4)).astype(np.float32)
+    y = np.full((2, 8, 4), np.nan, np.float32)
+    sim.launch(transposed_rows, (1,), (x, y, 11, 6, 2, 4))
+    want = np.zeros((2, 8, 4), np.float32)
+    want[:, :6] = x[11:17].transpose(1, 0, 2)              # rows past N: the padding
+    np.testing.assert_array_equal(y, want)
+
+
+def test_from_foreign_past_the_pointers_memory_raises(rng):
+    x, y = rng.standard_normal((20, 2, 4)).astype(np.float32), np.zeros((2, 8, 4), np.float32)
+    with pytest.raises(sim.SimulationError, match="from_foreign.*reaches element"):
+        sim.launch(transposed_rows, (1,), (x, y, 14, 6, 3, 4))    # a third head past x's end
+
+
+@ct.kernel
 def store_then_load(X, Y, T: C):
     b = ct.bid(0)
     ct.store(Y, (b,), ct.load(X, (b,), (T,)) * 2)

@@ -26,7 +26,7 @@ def test_run_case_on_a_varlen_problem(sim_launch, text):
     assert r["sim"]["fraction_bit_identical"] == 1.0 and r["sim"]["slice"] == "full problem"
     assert r["nonfinite"] == 0 and r["rel_l2"] <= FAMILY.gate(spec)
     assert r["ms_median"] > 0
-    assert _names(sim_launch)[-1] == "varlen_kernel"
+    assert _names(sim_launch)[-1] == "fmha_varlen_kernel"
 
 
 def test_varlen_check_can_fail(sim_launch):

@@ -333,7 +333,8 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
                        scale: float, scale_log2_pow2: float,
                        HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
                        TILE_M: ConstInt, TILE_N: ConstInt,
-                       CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt):
+                       CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
+                       LAT_K: ConstInt = 0, LAT_V: ConstInt = 0):
     """The forward over a packed variable-length batch (FlashAttention's varlen layout):
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
@@ -341,8 +342,8 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
     Grid (cdiv(max_seqlen_q, TILE_M), Hq, B), as fmha_fwd_kernel's with the longest
     sequence's query tiles. Each block views its sequence's rows as the padded forward's
     [1, H, L, D] arrays (the same memory, strides permuted: _sequence_view) and runs
-    _fmha_fwd_block on them unchanged: the same loads, tiles, RAW_MAX and code, so a
-    packed batch costs what the padded one does. Views end at the sequence, so rows and
+    _fmha_fwd_block on them unchanged: the same loads, tiles, knobs, RAW_MAX and code
+    (outputs equal spak.fmha's per sequence, bit for bit). Views end at the sequence, so rows and
     keys past it read as zeros and are never written. Causal: bottom-right per sequence."""
     bid_m = ct.bid(0)
     if CAUSAL:
@@ -355,7 +356,7 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
                         _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq), Q, None,
                         scale, scale_log2_pow2, 0, h, kv_h, bid_m,
                         HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, False, RAW_MAX,
-                        0, 0, False)
+                        LAT_K, LAT_V, False)
 
 
 def _segment(Cu, b, total):
