@@ -829,6 +829,7 @@ def varlen_check(spec, emit, log):
     from spak.attention.kvcache_ref import varlen_attention_f64
     from spak.core.metrics import fraction_bit_identical, gate_for, nonfinite_count, rel_l2
     from spak.cpu.simrun_decode import simulate_varlen
+    from spak.varlen import launch_config
     lq, lk, Hq, Hkv, D, causal = spec
     for dtype in ("fp16", "bf16"):
         x = _packed(lq, lk, Hq, Hkv, D, dtype)
@@ -841,7 +842,10 @@ def varlen_check(spec, emit, log):
         got = _numpy(out)
         ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"],
                                    x["cu_seqlens_k"], causal=causal)
-        sim, _ = simulate_varlen(x, dtype=dtype, causal=causal)
+        # the config the GPU call launched (the tuned store's, as spak.fmha's)
+        cfg = launch_config(t["q"], t["cu_seqlens_q"], max(lq), max(lk), causal)
+        sim, _ = simulate_varlen(x, dtype=dtype, causal=causal, tiles=cfg)
+        log(f"varlen check config {cfg}")
         case = (f"varlen {Hq}:{Hkv}x{D} q={':'.join(map(str, lq))} k={':'.join(map(str, lk))}"
                 f"/{dtype}/{'causal' if causal else 'noncausal'}")
         row = dict(kind="check", case=case, rel_l2=rel_l2(got, ref), gate=gate_for(dtype),
@@ -896,7 +900,8 @@ def _fmha_strided(q, k, v, B, L, causal):
     view = (lambda x: x.view(B, L, x.shape[1], x.shape[2]).transpose(1, 2))
     out = torch.empty_like(q)
     dense = [view(x).contiguous() for x in (q, k, v, out)]
-    (Lc,) = plan_fmha("fused", *dense, causal=causal, tiles=tiles)
+    (Lc,) = plan_fmha("fused", *dense, causal=causal, tiles=tiles,
+                      alloc=lambda shape, kind: torch.zeros(shape, device=q.device))
     kernel = with_hints(Lc.kernel, occupancy=t.get("occupancy") or None,
                         num_ctas=t.get("num_ctas") or None)
     args = (view(q), view(k), view(v), view(out)) + tuple(Lc.args[4:])

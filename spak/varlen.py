@@ -40,7 +40,7 @@ from spak.kvcache import INDEX_DTYPES, MAX_HEAD_DIM, _Const, launch_templates
 from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
-__all__ = ["fmha_varlen", "validate_varlen"]
+__all__ = ["fmha_varlen", "validate_varlen", "launch_config"]
 
 TILE_KEYS = ("TILE_M", "TILE_N")
 
@@ -122,18 +122,21 @@ def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 _PLANS: dict = {}
 
 
-def _config(q, cu_q, max_q, max_k, is_causal, tile_m, tile_n, lat_k, lat_v, occupancy,
-            num_ctas) -> dict:
-    """plan_varlen's tiles: the op's config, or (tile_m or tile_n 0: not chosen by the
-    caller) spak.fmha's for the padded batch, looked up at run time as spak.fmha does
-    (under torch.compile too: the op's arguments are zeros then)."""
+def launch_config(q, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, is_causal: bool,
+                  tile_m: int = 0, tile_n: int = 0, lat_k: int = 0, lat_v: int = 0,
+                  occupancy: int = 0, num_ctas: int = 0) -> dict:
+    """The config (gpu.plan_decode.plan_varlen's tiles) spak.fmha_varlen launches: the
+    given one, or (tile_m or tile_n 0: not chosen by the caller) spak.fmha's for the
+    padded batch, looked up at run time as spak.fmha does (under torch.compile too: the
+    op's arguments are zeros then). Pass it to the simulator to reproduce a GPU call."""
     if tile_m and tile_n:
         return {"TILE_M": tile_m, "TILE_N": tile_n, "LAT_K": lat_k, "LAT_V": lat_v,
                 "OCCUPANCY": occupancy, "NUM_CTAS": num_ctas}
     from spak.api import resolve_tiles
     given = {key: val for key, val in (("TILE_M", tile_m), ("TILE_N", tile_n)) if val}
-    t = resolve_tiles("fused", q.dtype, q.shape[2], is_causal, max_k, q.device,
-                      given or None, rows=(cu_q.shape[0] - 1) * q.shape[1] * max_q)
+    rows = (cu_seqlens_q.shape[0] - 1) * q.shape[1] * max_seqlen_q     # the padded batch's
+    t = resolve_tiles("fused", q.dtype, q.shape[2], is_causal, max_seqlen_k, q.device,
+                      given or None, rows=rows)
     return {"TILE_M": int(t["TILE_M"]), "TILE_N": int(t["TILE_N"]),
             "LAT_K": int(t.get("LAT_K") or 0), "LAT_V": int(t.get("LAT_V") or 0),
             "OCCUPANCY": int(t.get("occupancy") or 0), "NUM_CTAS": int(t.get("num_ctas") or 0)}
@@ -166,7 +169,7 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
           scale: float, tile_m: int = 0, tile_n: int = 0, lat_k: int = 0, lat_v: int = 0,
           occupancy: int = 0, num_ctas: int = 0) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_varlen. tile_m/tile_n 0: the
-    config spak.fmha would launch for the padded batch (_config)."""
+    config spak.fmha would launch for the padded batch (launch_config)."""
     q, k, v = (t.contiguous() for t in (q, k, v))
     cq, ck = (c if c.dtype == torch.int32 else c.to(torch.int32)
               for c in (cu_seqlens_q, cu_seqlens_k))
@@ -176,7 +179,7 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
-    config = _config(q, cq, max_seqlen_q, max_seqlen_k, is_causal, tile_m, tile_n, lat_k,
+    config = launch_config(q, cq, max_seqlen_q, max_seqlen_k, is_causal, tile_m, tile_n, lat_k,
                      lat_v, occupancy, num_ctas)
     templates = _templates(q, k, v, cq, ck, out, max_seqlen_q, max_seqlen_k, is_causal,
                            scale, config)
