@@ -919,6 +919,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import spak
+    from spak.varlen import launch_config
     dev = torch.device("cuda")
     B, Lmax = len(lens), max(lens)
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=dev)
@@ -939,10 +940,12 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
             seqs.append((qp[b:b + 1, :, :n].contiguous(), kp[b:b + 1, :, :n].contiguous(),
                          vp[b:b + 1, :, :n].contiguous()))
         flop = sum(4.0 * Hq * n * n * D for n in lens) / (2 if causal else 1)
+        cfg = launch_config(q, cu, Lmax, Lmax, causal)      # spak.fmha_varlen's config
         fns = {
             "varlen": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal),
             "varlen_default": _varlen_launch(q, k, v, cu, Lmax, causal, {}),
-            "varlen_loop": _varlen_launch(q, k, v, cu, Lmax, causal, {"KERNEL": 0}),
+            "varlen_h2": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 2}),
+            "varlen_h4": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 4}),
             "torch_varlen": _torch_varlen(q, k, v, cu, Lmax, causal),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)
@@ -1033,7 +1036,7 @@ def summary(rows, copy_gbs) -> str:
                   + " | varlen / fmha_padded | varlen / fmha_per_seq |",
                   "|---|---|" + "---|" * (len(names) + 2)]
         lines += [f"| {r['name']} | {r['causal']} | " + " | ".join(
-            f"{r['tflops'][n]:.1f}" for n in names) +
+            f"{r['tflops'].get(n, float('nan')):.1f}" for n in names) +
             f" | {r['tflops']['varlen'] / r['tflops']['fmha_padded']:.2f}"
             f" | {r['tflops']['varlen'] / r['tflops']['fmha_per_seq']:.2f} |" for r in vt]
     knobs = [r for r in times if r.get("extra")]

@@ -29,6 +29,7 @@ cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv].
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 from .kernels import decode as _decode
@@ -62,7 +63,8 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own). KERNEL (A/B, temporary): 1 the padded forward's block over
 #: per-sequence views (fused.fmha_varlen_kernel), 0 the decode key loop (varlen_kernel).
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "KERNEL")
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "KERNEL",
+                    "HEADS")
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
 #: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100
@@ -149,7 +151,7 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
     return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "LAT_K": 0, "LAT_V": 0,
-            "OCCUPANCY": 0, "NUM_CTAS": 0, "KERNEL": 1}
+            "OCCUPANCY": 0, "NUM_CTAS": 0, "KERNEL": 1, "HEADS": 1}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -370,10 +372,11 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
         raw_max, c_pow2 = raw_max_args(scale, False)
         kernel = with_hints(_fused.fmha_varlen_kernel, occupancy=t["OCCUPANCY"] or None,
                             num_ctas=t["NUM_CTAS"] or None)
-        return [_launch(kernel, (-(-max_q // tm), Hq, B),
+        heads = math.gcd(t["HEADS"], Hq)          # a divisor of Hq
+        return [_launch(kernel, (-(-max_q // tm), Hq // heads, B),
                         (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2,
                          _tile_width(D), _tile_width(Dv), tm, tn, causal, raw_max,
-                         Hq // Hkv, t["LAT_K"], t["LAT_V"]), "varlen")]
+                         Hq // Hkv, t["LAT_K"], t["LAT_V"], heads), "varlen")]
     # one head per block: prefill has rows enough (GQA packing matters when few rows share
     # a K/V tile; here a tile of TILE_M queries does)
     gt, sq_t = 1, tm
@@ -392,6 +395,7 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
     _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, 32)
     _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, 16)
     _check_int("tiles['KERNEL']", t["KERNEL"], 0, 1)
+    _check_int("tiles['HEADS']", t["HEADS"], 1, 64)
     return t
 
 

@@ -334,7 +334,8 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
                        HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
                        TILE_M: ConstInt, TILE_N: ConstInt,
                        CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
-                       LAT_K: ConstInt = 0, LAT_V: ConstInt = 0):
+                       LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
+                       HEADS: ConstInt = 1):      # query heads a block, one after another
     """The forward over a packed variable-length batch (FlashAttention's varlen layout):
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
@@ -348,15 +349,18 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
-    b, h, kv_h = _head_coords(GROUP)
+    b = ct.bid(2)
     q0, lq = _segment(CuQ, b, Q.shape[0])
     if bid_m * TILE_M < lq:                       # tiles past the sequence: nothing
         k0, lk = _segment(CuK, b, K.shape[0])
-        _fmha_fwd_block(_sequence_view(Q, q0, lq), _sequence_view(K, k0, lk),
-                        _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq), Q, None,
-                        scale, scale_log2_pow2, 0, h, kv_h, bid_m,
-                        HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, False, RAW_MAX,
-                        LAT_K, LAT_V, False)
+        # the views' TMA descriptors are made here, per block: HEADS > 1 shares them
+        Qs, Ks = _sequence_view(Q, q0, lq), _sequence_view(K, k0, lk)
+        Vs, Os = _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq)
+        for i in range(HEADS):
+            h = ct.bid(1) * HEADS + i
+            _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
+                            h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
+                            False, RAW_MAX, LAT_K, LAT_V, False)
 
 
 def _segment(Cu, b, total):
