@@ -64,7 +64,15 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 #: kernel's own). KERNEL (A/B, temporary): 1 the padded forward's block over
 #: per-sequence views (fused.fmha_varlen_kernel), 0 the decode key loop (varlen_kernel).
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "KERNEL",
-                    "HEADS")
+                    "HEADS", "QO_TMA")
+#: Query heads a varlen block computes one after another, (non-causal, causal): each
+#: block makes its sequence's views (four TMA descriptors) before its first load, and
+#: HEADS blocks' worth of work shares them. H100, Hq 32, Hkv 8, D 128, fp16, one run
+#: (results/varlen-h100-2026-11-27 run 4), TFLOPS HEADS 1 / 2 / 4: 32 x 512 non-causal
+#: 385 / 424 / 431, causal 231 / 256 / 261; 8 x 2048 non-causal 512 / 515 / 554, causal
+#: 439 / 435 / 417; 2 x 8192 causal 507 / 554 / 490 (a causal block's work grows with
+#: HEADS: 4 leaves a long tail at long sequences).
+VARLEN_HEADS = (4, 2)
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
 #: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100
@@ -145,13 +153,14 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
     """The varlen kernel's config where the tuned store has none: spak.fmha's default tiles
-    for the head dim (gpu.plan.default_tiles), no hints. spak.fmha_varlen looks up the
-    store as spak.fmha does (spak.api.resolve_tiles), so a packed batch and the padded
-    one launch the same config."""
+    for the head dim (gpu.plan.default_tiles), no hints, and VARLEN_HEADS query heads a
+    block. spak.fmha_varlen looks up the store as spak.fmha does (spak.api.resolve_tiles),
+    so a packed batch and the padded one launch the same tiles."""
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
     return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "LAT_K": 0, "LAT_V": 0,
-            "OCCUPANCY": 0, "NUM_CTAS": 0, "KERNEL": 1, "HEADS": 1}
+            "OCCUPANCY": 0, "NUM_CTAS": 0, "KERNEL": 1, "HEADS": VARLEN_HEADS[bool(causal)],
+            "QO_TMA": 1}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -376,7 +385,8 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
         return [_launch(kernel, (-(-max_q // tm), Hq // heads, B),
                         (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2,
                          _tile_width(D), _tile_width(Dv), tm, tn, causal, raw_max,
-                         Hq // Hkv, t["LAT_K"], t["LAT_V"], heads), "varlen")]
+                         Hq // Hkv, t["LAT_K"], t["LAT_V"], heads, bool(t["QO_TMA"])),
+                        "varlen")]
     # one head per block: prefill has rows enough (GQA packing matters when few rows share
     # a K/V tile; here a tile of TILE_M queries does)
     gt, sq_t = 1, tm
@@ -396,6 +406,7 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
     _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, 16)
     _check_int("tiles['KERNEL']", t["KERNEL"], 0, 1)
     _check_int("tiles['HEADS']", t["HEADS"], 1, 64)
+    _check_int("tiles['QO_TMA']", t["QO_TMA"], 0, 1)
     return t
 
 
