@@ -23,9 +23,10 @@ The split count comes from the shape and the SM count (``choose_num_splits``: bl
 enough for a few waves, the combine's traffic bounded), or the caller's ``num_splits``; the
 row tiling (GQA packing) from ``row_tiles``.
 
-``plan_varlen`` plans the same key loop over a packed variable-length batch (prefill,
-FlashAttention's varlen layout): q [total_q, Hq, D], k/v [total_k, Hkv, D/Dv],
-cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv].
+``plan_varlen`` plans attention over a packed variable-length batch (prefill,
+FlashAttention's varlen layout: q [total_q, Hq, D], k/v [total_k, Hkv, D/Dv],
+cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv]) with the padded forward's block
+(gpu/kernels/fused.py, fmha_varlen_kernel) over per-sequence views.
 """
 from __future__ import annotations
 
@@ -61,10 +62,8 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
              "PAGE_AHEAD")
 #: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
-#: kernel's own). KERNEL (A/B, temporary): 1 the padded forward's block over
-#: per-sequence views (fused.fmha_varlen_kernel), 0 the decode key loop (varlen_kernel).
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "KERNEL",
-                    "HEADS", "QO_TMA")
+#: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "HEADS")
 #: Query heads a varlen block computes one after another, (non-causal, causal): each
 #: block makes its sequence's views (four TMA descriptors) before its first load, and
 #: HEADS blocks' worth of work shares them. H100, Hq 32, Hkv 8, D 128, fp16, one run
@@ -159,8 +158,7 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
     return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "LAT_K": 0, "LAT_V": 0,
-            "OCCUPANCY": 0, "NUM_CTAS": 0, "KERNEL": 1, "HEADS": VARLEN_HEADS[bool(causal)],
-            "QO_TMA": 1}
+            "OCCUPANCY": 0, "NUM_CTAS": 0, "HEADS": VARLEN_HEADS[bool(causal)]}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -343,7 +341,8 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     clamped by the kernel, not read here). max_seqlen_q: the longest query run (sizes the
     grid: a longer one is cut short); max_seqlen_k only validated (FlashAttention's
     signature). causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq.
-    tiles: {"TILE_M", "TILE_N"} (default_varlen_tiles). Returns [] when nothing is
+    tiles: VARLEN_TILE_KEYS, missing keys from default_varlen_tiles (HEADS is rounded
+    down to a divisor of Hq: the gcd). Returns [] when nothing is
     computed (no sequence, query or head, or max_seqlen_q == 0); with no key at all
     (total_k == 0) out is left to the caller (every row is 0)."""
     named = (("q", q), ("k", k), ("v", v), ("out", out))
@@ -377,23 +376,14 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     B = cq[0] - 1
     if B == 0 or Tq == 0 or Hq == 0 or max_q == 0 or Tk == 0:
         return []
-    if t["KERNEL"]:
-        raw_max, c_pow2 = raw_max_args(scale, False)
-        kernel = with_hints(_fused.fmha_varlen_kernel, occupancy=t["OCCUPANCY"] or None,
-                            num_ctas=t["NUM_CTAS"] or None)
-        heads = math.gcd(t["HEADS"], Hq)          # a divisor of Hq
-        return [_launch(kernel, (-(-max_q // tm), Hq // heads, B),
-                        (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2,
-                         _tile_width(D), _tile_width(Dv), tm, tn, causal, raw_max,
-                         Hq // Hkv, t["LAT_K"], t["LAT_V"], heads, bool(t["QO_TMA"])),
-                        "varlen")]
-    # one head per block: prefill has rows enough (GQA packing matters when few rows share
-    # a K/V tile; here a tile of TILE_M queries does)
-    gt, sq_t = 1, tm
-    grid = ((Hq // gt) * -(-max_q // sq_t), 1, B)
-    return [_launch(_decode.varlen_kernel, grid,
-                    (q, k, v, cu_seqlens_q, cu_seqlens_k, out, scale, _tile_width(D),
-                     _tile_width(Dv), sq_t, gt, tn, causal, True), "varlen")]
+    raw_max, c_pow2 = raw_max_args(scale, False)
+    kernel = with_hints(_fused.fmha_varlen_kernel, occupancy=t["OCCUPANCY"] or None,
+                        num_ctas=t["NUM_CTAS"] or None)
+    heads = math.gcd(t["HEADS"], Hq)              # a divisor of Hq
+    return [_launch(kernel, (-(-max_q // tm), Hq // heads, B),
+                    (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2, _tile_width(D),
+                     _tile_width(Dv), tm, tn, causal, raw_max, Hq // Hkv, t["LAT_K"],
+                     t["LAT_V"], heads), "varlen")]
 
 
 def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
@@ -404,9 +394,7 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
         _check_int(f"tiles['{key}']", t[key], 0, 10)
     _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, 32)
     _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, 16)
-    _check_int("tiles['KERNEL']", t["KERNEL"], 0, 1)
     _check_int("tiles['HEADS']", t["HEADS"], 1, 64)
-    _check_int("tiles['QO_TMA']", t["QO_TMA"], 0, 1)
     return t
 
 

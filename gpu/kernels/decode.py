@@ -37,8 +37,8 @@ concatenated, PAGE_MODE 0, reaches 0.29-0.76).
 Causal (Sq > 1): bottom-right, query i of a sequence of length L sees keys j <= i + L - Sq.
 Rows that see no key output zeros.
 
-varlen_kernel: the same key loop over a packed variable-length batch (prefill;
-FlashAttention's cu_seqlens layout), one block per (head tile x query tile, sequence).
+Packed variable-length prefill (spak.fmha_varlen) is not here: it runs the padded forward's
+block over per-sequence views (gpu/kernels/fused.py, fmha_varlen_kernel).
 """
 import cuda.tile as ct
 
@@ -113,58 +113,6 @@ def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM
         _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V)
 
 
-@ct.kernel(occupancy=ct.ByTarget(sm_90=2))      # as spak.fmha's fused kernel: prefill
-def varlen_kernel(Q, K, V, CuQ, CuK, Out,
-                  scale: float,
-                  HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
-                  SQ_T: ConstInt,               # query rows (positions) per block
-                  GT: ConstInt,                 # query heads per block, one kv head
-                  TILE_N: ConstInt,
-                  CAUSAL: ConstBool,
-                  QT_FIRST: ConstBool = False):  # query tile the fastest block index
-    """Attention over a packed variable-length batch (FlashAttention's varlen layout):
-    Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
-    rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
-
-    Grid (Hq/GT * cdiv(max_seqlen_q, SQ_T), 1, B): the head tile the fastest index, or
-    with QT_FIRST the query tile (spak.fmha's order), taken longest first when causal (a
-    causal block's work grows with its tile index: the long ones start in the first
-    wave, the short ones fill the last). Each block views its sequence's rows
-    as arrays of their own (Array.slice), so every load and store is bounded by the
-    sequence: rows and keys past its end read as zeros and are never written, and the
-    block reuses the decode kernel's key loop (_attend, one split) with Lq queries
-    against Lk keys. Causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq."""
-    if QT_FIRST:
-        t, qt, kv_h = _tile_coords_qt(ct.bid(0), Q.shape[1], K.shape[1], GT, CAUSAL)
-    else:
-        t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[1], K.shape[1], GT)
-    b = ct.bid(2)
-    q0, lq = _segment(CuQ, b, Q.shape[0])
-    k0, lk = _segment(CuK, b, K.shape[0])
-    if qt * SQ_T < lq:                      # blocks past the sequence's queries: nothing
-        Qs = Q.slice(0, q0, q0 + lq)
-        # a sequence without keys still needs a valid (empty) view: start inside K
-        ks = min(k0, K.shape[0] - 1)
-        Ks = K.slice(0, ks, ks + lk)
-        Vs = V.slice(0, ks, ks + lk)
-        q = ct.load(Qs, index=(qt, t, 0), shape=(SQ_T, GT, HEAD_DIM),
-                    padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
-        m_i, l_i, acc = _attend(q, Ks, Vs, CuK, b, kv_h, qt, 0, 1, lk, lq, scale,
-                                HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N, 0, False, CAUSAL,
-                                Q.dtype, 0, False)
-        out = _normalise(acc, l_i).astype(Out.dtype)
-        ct.store(Out.slice(0, q0, q0 + lq), index=(qt, t, 0),
-                 tile=out.reshape((SQ_T, GT, HEAD_DIM_V)))
-
-
-def _segment(Cu, b, total):
-    """(start, length) of sequence b: Cu[b]:Cu[b+1] clamped into [0, total] (the offsets are
-    device data the host never reads: a bad one must not reach past the array)."""
-    start = min(max(ct.load(Cu, index=(b,), shape=()), 0), total)
-    stop = min(max(ct.load(Cu, index=(b + 1,), shape=()), start), total)
-    return start, stop - start
-
-
 # occupancy 4 (TileGym's reduce's hint; a scheduling hint, the same arithmetic and bits):
 # H100, results/decode-h100-2026-11-24e run 2, the whole call 0.99-1.09x of the hintless
 # combine (64x32:1x1:8192 2408 -> 2626 GB/s, 8x32:1x1:8192 1632 -> 1707); sm_90 only
@@ -234,20 +182,6 @@ def _tile_coords(bid, num_heads, num_kv_heads, GT):
     t = bid % num_tiles
     group = num_heads // num_kv_heads
     return t, bid // num_tiles, (t * GT) // group
-
-
-def _tile_coords_qt(bid, num_heads, num_kv_heads, GT, LONGEST_FIRST):
-    """(head tile, query tile, kv head) with the query tile the fastest index (the varlen
-    grid's x is num_heads // GT head tiles times the query tiles); reversed when
-    LONGEST_FIRST, so the last query tiles (most keys under a causal mask) start first."""
-    num_tiles = num_heads // GT
-    num_qt = ct.num_blocks(0) // num_tiles
-    qt = bid % num_qt
-    if LONGEST_FIRST:
-        qt = num_qt - 1 - qt
-    t = bid // num_qt
-    group = num_heads // num_kv_heads
-    return t, qt, (t * GT) // group
 
 
 def _row_index(qt, t, SQ_T, GT):
@@ -503,19 +437,10 @@ def _page_ids(BT, b, j, L, TILE_N, PAGE):
 
 def _kv_tile(K, V, BT, b, kv_h, j, L, HEAD_DIM, HEAD_DIM_V, TILE_N, PAGE, PAGE_MODE, LAT,
              pg, AHEAD):
-    """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h. K and V are 3D
-    [keys, Hkv, D] for the varlen kernel (one sequence's view), else 4D caches. AHEAD: pg
-    holds the tile's page ids (_page_ids, looked up a step earlier); else they are looked
-    up here."""
+    """(K^T [D, TN], V [TN, Dv]) of key tile j of sequence b, kv head kv_h, of 4D caches.
+    AHEAD: pg holds the tile's page ids (_page_ids, looked up a step earlier); else they
+    are looked up here."""
     lat = LAT if LAT > 0 else None             # the loads' latency hint; None: the compiler's
-    if K.ndim == 3:
-        k_t = ct.load(K, index=(0, kv_h, j), shape=(HEAD_DIM, 1, TILE_N), order=(2, 1, 0),
-                      padding_mode=ct.PaddingMode.ZERO,
-                      latency=lat)
-        v = ct.load(V, index=(j, kv_h, 0), shape=(TILE_N, 1, HEAD_DIM_V),
-                    padding_mode=ct.PaddingMode.ZERO,
-                    latency=lat)
-        return k_t.reshape((HEAD_DIM, TILE_N)), v.reshape((TILE_N, HEAD_DIM_V))
     if PAGE == 0:
         k_t = ct.load(K, index=(b, 0, kv_h, j), shape=(1, HEAD_DIM, 1, TILE_N),
                       order=_KT_ORDER, padding_mode=ct.PaddingMode.ZERO,

@@ -110,7 +110,7 @@ def _head_coords(GROUP):
 # long: one block's whole forward, in reading order
 def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V, WRITE_LSE, QO_TMA=None):
+                    LAT_K, LAT_V, WRITE_LSE):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
@@ -132,8 +132,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
     q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
-                padding_mode=ct.PaddingMode.ZERO,
-                allow_tma=QO_TMA).reshape((TILE_M, HEAD_DIM))
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
 
     # Absolute query positions shifted onto the key axis: key j visible iff j <= q_pos.
     q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]  # [TM, 1]
@@ -189,8 +188,7 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
     out = ct.where(has_keys, out, 0.0)
     out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
-    ct.store(Out, index=(b, h, bid_m, 0), tile=out,   # rows past Sq are dropped
-             allow_tma=QO_TMA)
+    ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
     if WRITE_LSE:
         _store_lse(Lse, m_i, l_i, has_keys, qk_scale_log2, b, h, bid_m, TILE_M, RAW_MAX)
 
@@ -337,8 +335,7 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
                        TILE_M: ConstInt, TILE_N: ConstInt,
                        CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
                        LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
-                       HEADS: ConstInt = 1,       # query heads a block, one after another
-                       QO_TMA: ConstBool = True):  # False: Q and Out views without TMA
+                       HEADS: ConstInt = 1):      # query heads a block, one after another
     """The forward over a packed variable-length batch (FlashAttention's varlen layout):
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
@@ -363,8 +360,7 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
             h = ct.bid(1) * HEADS + i
             _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
                             h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
-                            False, RAW_MAX, LAT_K, LAT_V, False,
-                            None if QO_TMA else False)
+                            False, RAW_MAX, LAT_K, LAT_V, False)
 
 
 def _segment(Cu, b, total):
