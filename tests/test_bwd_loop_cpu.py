@@ -44,7 +44,7 @@ def sim_launch(monkeypatch):
             return sim.SimArray(a.float().numpy(), ct.bfloat16)
         return sim.SimArray(a.numpy())
 
-    def launch(stream, grid, kernel, args):
+    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
         launched.append(kernel)
         arrs = [wrap(a) for a in args]
         sim.launch(kernel, grid, arrs)

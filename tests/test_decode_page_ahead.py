@@ -131,3 +131,24 @@ def test_fmha_kvcache_page_ahead_end_to_end(cpu_launch, case):
         assert rel_l2(out.numpy(), ref) <= gate_for(p.dtype)
         assert torch.equal(out, outs[0])
 
+
+
+def test_the_combine_is_a_programmatic_dependent_launch(cpu_launch):
+    """spak.fmha_kvcache launches the combine as a programmatic dependent of the split
+    kernel (its blocks may start while the splits finish; it waits in the kernel), and
+    tiles={"PDL": 0} launches it plainly: the same bits either way."""
+    torch = pytest.importorskip("torch")
+    import spak
+    from spak.families.fmha_decode import FAMILY
+    p = FAMILY.parse("2x8:2x1:300x64/noncausal/lens=300:17/fp16")
+    t = {k: None if v is None else torch.from_numpy(v)
+         for k, v in FAMILY.make_inputs(p, seed=4).items()}
+    outs = []
+    for tiles in (None, {"PDL": 0}):
+        cpu_launch.clear()
+        outs.append(spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                                      num_splits=3, tiles=tiles))
+        want_pdl = tiles is None
+        assert cpu_launch == [("decode_split_kernel", False),
+                              ("decode_combine_kernel", want_pdl)]
+    assert torch.equal(outs[0], outs[1]) and torch.isfinite(outs[0]).all()

@@ -75,6 +75,10 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
                         AHEAD: ConstBool = False):  # paged: page ids one tile ahead
+    # the combine (launched as a programmatic dependent, gpu.plan.Launch.pdl) may be
+    # scheduled from here on: it waits for this grid's writes itself. Without a dependent
+    # launch this does nothing.
+    ct.grid_dependency_control_launch_dependents()
     t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
@@ -139,6 +143,9 @@ def decode_combine_kernel(Acc, Mx, Lx, Out,
     q = ct.bid(1)
     b = ct.bid(2)
     s_idx = ct.arange(SPLITS_T, dtype=ct.int32)
+    # launched early (programmatic dependent launch): the split kernel's partial states
+    # are complete and visible only past this wait (a no-op for a plain launch)
+    ct.grid_dependency_control_wait()
     # splits past the count read as m = -inf, l = 0, acc = 0: weight 0, adding exactly 0
     m_s = ct.gather(Mx, (b, q, h, s_idx), padding_value=NEG_INF).reshape((SPLITS_T, 1))
     l_s = ct.gather(Lx, (b, q, h, s_idx), padding_value=0.0).reshape((SPLITS_T, 1))

@@ -254,8 +254,9 @@ class GpuRunner:
         return r
 
     def _launch(self, call) -> None:
-        for L in call.launches:
-            self.ct.launch(self.stream, L.grid, L.kernel, L.args)
+        for L in call.launches:         # gpu.launch.launch_one's rule, through self.ct
+            kw = {"programmatic_dependent_launch": True} if L.pdl else {}
+            self.ct.launch(self.stream, L.grid, L.kernel, L.args, **kw)
 
     def _run_ours(self, fam, job, spec, data) -> dict:
         from spak.device.calls import first_tensor, shared_alloc
