@@ -43,7 +43,8 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
            "row_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
-           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "auto_splits", "combine_tiles", "choose_pdl", "PDL_AUTO", "TILE_KEYS",
+           "VARLEN_TILE_KEYS", "PAGE_MODES",
            "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
            "LAUNCH_NAMES"]
 
@@ -64,6 +65,9 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "HEADS")
+#: tiles["PDL"]: -1 (PDL_AUTO, the default) choose_pdl, 0 the combine launched plainly,
+#: 1 as a programmatic dependent of the split kernel.
+PDL_AUTO = -1
 #: Query heads a varlen block computes one after another, (non-causal, causal): each
 #: block makes its sequence's views (four TMA descriptors) before its first load, and
 #: HEADS blocks' worth of work shares them. H100, Hq 32, Hkv 8, D 128, fp16, one run
@@ -147,7 +151,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
             "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0,
-            "PAGE_AHEAD": AHEAD_AUTO, "PDL": 1}
+            "PAGE_AHEAD": AHEAD_AUTO, "PDL": PDL_AUTO}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -171,6 +175,17 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
     gt = min(group & -group, max_rows)
     sq_t = min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt), max(max_rows // gt, 1))
     return gt, sq_t
+
+
+def choose_pdl(split_blocks: int, num_sms: int) -> bool:
+    """Launch the combine as a programmatic dependent of the split kernel (its blocks are
+    placed while the splits run and wait in the kernel for their results) where the split
+    grid leaves an SM free for them. H100, fp16, D 128, the goal grid's 42 contiguous
+    shapes, one run (results/decode-pdl-h100-2026-11-27): split grids of 30-128 blocks
+    1.00-1.09x of the plain launch (8k caches 1.03-1.09), multi-wave grids 1.00-1.01, the
+    two of exactly 132 blocks (batch-1 MQA, 132 splits) 0.85 and 0.92: there the early
+    combine blocks share every SM with a split block."""
+    return split_blocks < num_sms
 
 
 def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
@@ -273,8 +288,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
     none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": -1..1
     (paged: page ids looked up one key tile ahead, 1, or in the step, 0; -1 AHEAD_AUTO:
-    choose_page_ahead), "PDL": 0 or 1 (1: the combine launched as a programmatic
-    dependent of the split kernel, Launch.pdl)};
+    choose_page_ahead), "PDL": -1..1 (1: the combine launched as a programmatic
+    dependent of the split kernel, Launch.pdl; 0 plainly; -1 PDL_AUTO: choose_pdl)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -319,6 +334,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     mx = alloc((B, Sq, Hq, splits), "float32")
     lx = alloc((B, Sq, Hq, splits), "float32")
     splits_t, cdv = combine_tiles(splits, Dv)
+    if pdl == PDL_AUTO:
+        pdl = choose_pdl(tiles_qh * splits * B, num_sms)
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
                      scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat,
@@ -466,7 +483,7 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
-    pdl = _check_int("tiles['PDL']", t["PDL"], 0, 1)
+    pdl = _check_int("tiles['PDL']", t["PDL"], PDL_AUTO, 1)
     return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pdl
 
 

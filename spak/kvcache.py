@@ -27,7 +27,7 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
   cores' M: -1 auto, 0 rows, 1 keys, 2 keys_vt; the split kernel's CTAs a block: 0 no
   hint, 1, 2, 4; the K/V loads' DRAM latency hint, 1..10, 0 none; a paged cache's page
   ids looked up in the key step, 0, or one tile ahead, 1: -1 auto; the combine launched
-  as a programmatic dependent of the split kernel, 1, the default, or plainly, 0). TILE_N
+  as a programmatic dependent of the split kernel, 1, or plainly, 0: -1 auto). TILE_N
   and MAX_ROWS not given come
   from the tuned-config store's fmha_decode entry for this GPU and (dtype, D, Hq // Hkv,
   Sq, paged) when it has one (`spak sweep --family fmha_decode --update-store`), else
@@ -135,7 +135,8 @@ def _check_options(is_causal, num_splits, tiles):
                         "LAT": (LATENCIES, "0: the compiler's choice"),
                         "PAGE_AHEAD": ((-1, 0, 1), "-1 auto, 0 in the step, 1 one key "
                                                    "tile ahead"),
-                        "PDL": ((0, 1), "1: the combine as a programmatic dependent launch")})
+                        "PDL": ((-1, 0, 1), "-1 auto, 0 a plain launch, 1 the combine as "
+                                            "a programmatic dependent launch")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -253,7 +254,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
           page_mode: int, occupancy: int, kt_form: int, num_ctas: int,
-          lat: int, ahead: int = -1, pdl: int = 1) -> torch.Tensor:
+          lat: int, ahead: int = -1, pdl: int = -1) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -343,7 +344,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=-1, pdl=1):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=-1, pdl=-1):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 

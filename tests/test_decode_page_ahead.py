@@ -135,8 +135,9 @@ def test_fmha_kvcache_page_ahead_end_to_end(cpu_launch, case):
 
 def test_the_combine_is_a_programmatic_dependent_launch(cpu_launch):
     """spak.fmha_kvcache launches the combine as a programmatic dependent of the split
-    kernel (its blocks may start while the splits finish; it waits in the kernel), and
-    tiles={"PDL": 0} launches it plainly: the same bits either way."""
+    kernel where the split grid leaves SMs free (choose_pdl: 6 blocks of 132 here; its
+    blocks may start while the splits finish, it waits in the kernel), and tiles={"PDL":
+    0} launches it plainly: the same bits either way."""
     torch = pytest.importorskip("torch")
     import spak
     from spak.families.fmha_decode import FAMILY
@@ -152,3 +153,9 @@ def test_the_combine_is_a_programmatic_dependent_launch(cpu_launch):
         assert cpu_launch == [("decode_split_kernel", False),
                               ("decode_combine_kernel", want_pdl)]
     assert torch.equal(outs[0], outs[1]) and torch.isfinite(outs[0]).all()
+
+
+def test_choose_pdl_leaves_full_split_grids_plain():
+    from spak.gpu.plan_decode import choose_pdl
+    assert choose_pdl(128, 132) and choose_pdl(30, 132)
+    assert not choose_pdl(132, 132) and not choose_pdl(264, 132)
