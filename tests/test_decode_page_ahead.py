@@ -60,14 +60,14 @@ def _arrays(page):
 
 
 def test_page_ahead_reaches_the_kernel_only_for_paged_caches():
-    """The kernel's AHEAD argument (the last) follows tiles["PAGE_AHEAD"] on a paged cache;
+    """The kernel's AHEAD argument (the second last) follows tiles["PAGE_AHEAD"] on a paged cache;
     a contiguous cache has no page ids, so its plan keeps the one variant either way."""
     args, bt = _arrays(16)
     on = plan_decode(*args, block_table=bt, num_splits=2, tiles={"PAGE_AHEAD": 1})
     off = plan_decode(*args, block_table=bt, num_splits=2, tiles={"PAGE_AHEAD": 0})
-    assert on[0].args[-1] is True and off[0].args[-1] is False
+    assert on[0].args[-2] is True and off[0].args[-2] is False
     args, _ = _arrays(0)
-    assert plan_decode(*args, num_splits=2, tiles={"PAGE_AHEAD": 1})[0].args[-1] is False
+    assert plan_decode(*args, num_splits=2, tiles={"PAGE_AHEAD": 1})[0].args[-2] is False
 
 
 @pytest.mark.parametrize("bad", [2, -2])
@@ -98,12 +98,12 @@ def test_default_chooses_by_page_and_form():
     assert choose_page_ahead(16, 128, 2) and not choose_page_ahead(16, 128, 0)
     assert choose_page_ahead(16, 128, 0, page_mode=0) and not choose_page_ahead(0, 128, 2)
     args, bt = _arrays(16)                     # 8 query heads of 2 kv heads: rows form
-    assert plan_decode(*args, block_table=bt, num_splits=2)[0].args[-1] is False
+    assert plan_decode(*args, block_table=bt, num_splits=2)[0].args[-2] is False
     assert plan_decode(*args, block_table=bt, num_splits=2,
-                       tiles={"KT_FORM": 2})[0].args[-1] is True
+                       tiles={"KT_FORM": 2})[0].args[-2] is True
     args, bt = _arrays(64)
     assert plan_decode(*args, block_table=bt, num_splits=2,
-                       tiles={"TILE_N": 64})[0].args[-1] is True
+                       tiles={"TILE_N": 64})[0].args[-2] is True
 
 
 @pytest.mark.parametrize("case", [

@@ -74,11 +74,12 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         CAUSAL: ConstBool,
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
-                        AHEAD: ConstBool = False):  # paged: page ids one tile ahead
-    # the combine (launched as a programmatic dependent, gpu.plan.Launch.pdl) may be
-    # scheduled from here on: it waits for this grid's writes itself. Without a dependent
-    # launch this does nothing.
-    ct.grid_dependency_control_launch_dependents()
+                        AHEAD: ConstBool = False,   # paged: page ids one tile ahead
+                        DEPENDENTS: ConstBool = False):  # the combine is a dependent launch
+    if DEPENDENTS:
+        # the combine (a programmatic dependent launch, gpu.plan.Launch.pdl) may be
+        # scheduled from here on: it waits for this grid's writes itself
+        ct.grid_dependency_control_launch_dependents()
     t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
