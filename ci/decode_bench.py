@@ -266,7 +266,8 @@ def goal_pdl_grid() -> list[dict]:
     cases = goal_grid(False)
     for c in cases:
         if c["page"] == 0:
-            c["extra"] = {"nopdl": {"tiles": {"PDL": 0}}, "pdl": {"tiles": {"PDL": 1}}}
+            c["extra"] = {"nopdl": {"tiles": {"PDL": 0}}, "pdl": {"tiles": {"PDL": 1}},
+                          "early": {"tiles": {"PDL": 2}}}
     return cases
 
 

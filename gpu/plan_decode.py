@@ -326,7 +326,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
                          scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form,
-                         lat, ahead, False),
+                         lat, ahead, 0),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -335,15 +335,15 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     lx = alloc((B, Sq, Hq, splits), "float32")
     splits_t, cdv = combine_tiles(splits, Dv)
     if pdl == PDL_AUTO:
-        pdl = choose_pdl(tiles_qh * splits * B, num_sms)
+        pdl = 1 if choose_pdl(tiles_qh * splits * B, num_sms) else 0
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
                      scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat,
-                     ahead, bool(pdl)),
+                     ahead, int(pdl)),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
-                    "decode.combine", pdl=bool(pdl))]
+                    "decode.combine", pdl=pdl > 0)]
 
 
 def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
@@ -483,7 +483,7 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
-    pdl = _check_int("tiles['PDL']", t["PDL"], PDL_AUTO, 1)
+    pdl = _check_int("tiles['PDL']", t["PDL"], PDL_AUTO, 2)
     return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pdl
 
 

@@ -135,8 +135,9 @@ def _check_options(is_causal, num_splits, tiles):
                         "LAT": (LATENCIES, "0: the compiler's choice"),
                         "PAGE_AHEAD": ((-1, 0, 1), "-1 auto, 0 in the step, 1 one key "
                                                    "tile ahead"),
-                        "PDL": ((-1, 0, 1), "-1 auto, 0 a plain launch, 1 the combine as "
-                                            "a programmatic dependent launch")})
+                        "PDL": ((-1, 0, 1, 2), "-1 auto, 0 a plain launch, 1/2 the "
+                                               "combine as a programmatic dependent launch, "
+                                               "scheduled after/before the splits' stores")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,

@@ -75,8 +75,9 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
                         AHEAD: ConstBool = False,   # paged: page ids one tile ahead
-                        DEPENDENTS: ConstBool = False):  # the combine is a dependent launch
-    if DEPENDENTS:
+                        DEPENDENTS: ConstInt = 0):  # the combine a dependent launch:
+    #                                     1 scheduled after this block's stores, 2 from its start
+    if DEPENDENTS == 2:
         # the combine (a programmatic dependent launch, gpu.plan.Launch.pdl) may be
         # scheduled from here on: it waits for this grid's writes itself
         ct.grid_dependency_control_launch_dependents()
@@ -100,6 +101,9 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
         ROWS = SQ_T * GT
         _finish(Out, Acc, Mx, Lx, m_i.reshape((ROWS, 1)), l_i.reshape((ROWS, 1)), acc,
                 b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT)
+    if DEPENDENTS == 1:
+        # after this block's stores: the combine is placed as the last splits finish
+        ct.grid_dependency_control_launch_dependents()
 
 
 def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT):
