@@ -249,28 +249,6 @@ def goal_ahead_grid() -> list[dict]:
     return cases
 
 
-def pdl_grid() -> list[dict]:
-    """2026-11-27b (issue 18): the goal grid's contiguous shapes with the combine launched
-    plainly ("nopdl": tiles PDL 0) beside the default programmatic dependent launch, and
-    the default again after both ("rep"): the launch's effect next to the run's noise."""
-    cases = [c for c in goal_grid(False) if c["page"] == 0]
-    for c in cases:
-        c["extra"] = {"nopdl": {"tiles": {"PDL": 0}}, "rep": {}}
-    return cases
-
-
-def goal_pdl_grid() -> list[dict]:
-    """2026-11-27b (issue 18), after the pdl grid: the goal grid at the defaults (the
-    combine's launch by choose_pdl), the contiguous shapes also with the combine launched
-    plainly ("nopdl") and always as a dependent ("pdl")."""
-    cases = goal_grid(False)
-    for c in cases:
-        if c["page"] == 0:
-            c["extra"] = {"nopdl": {"tiles": {"PDL": 0}}, "pdl": {"tiles": {"PDL": 1}},
-                          "early": {"tiles": {"PDL": 2}}}
-    return cases
-
-
 def r27_grid() -> list[dict]:
     """2026-11-27 (issue 18): batch-1 MQA (Sq 4 and 1) and B 8 MQA Sq 4, where the goal
     grid stays furthest from the copy: split counts beside the rule's (which the combine
@@ -1181,7 +1159,7 @@ def main(argv=None) -> int:
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
                                        "recheck", "goal_rep", "goal_ahead", "r27", "r27b", "r27c",
-                                       "none", "pdl", "goal_pdl"),
+                                       "none"),
                     default="full", help="decode shapes to time (none: only --varlen's)")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -1194,8 +1172,7 @@ def main(argv=None) -> int:
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
             "goal_ahead": goal_ahead_grid, "r27": r27_grid, "r27b": r27b_grid,
-            "r27c": r27c_grid, "none": lambda: [], "pdl": pdl_grid,
-            "goal_pdl": goal_pdl_grid,
+            "r27c": r27c_grid, "none": lambda: [],
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (

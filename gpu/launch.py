@@ -55,15 +55,7 @@ def run(launches: Sequence[Launch], stream=None) -> None:
     if stream is None:
         stream = current_raw_stream()
     for L in launches:
-        launch_one(stream, L.grid, L.kernel, L.args, L.pdl)
-
-
-def launch_one(stream, grid, kernel, args, pdl: bool = False) -> None:
-    """ct.launch, as a programmatic dependent launch when ``pdl`` (gpu.plan.Launch.pdl)."""
-    if pdl:
-        ct.launch(stream, grid, kernel, args, programmatic_dependent_launch=True)
-    else:
-        ct.launch(stream, grid, kernel, args)
+        ct.launch(stream, L.grid, L.kernel, L.args)
 
 
 def current_raw_stream(device: Optional[int] = None):

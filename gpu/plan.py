@@ -45,10 +45,6 @@ class Launch:
     grid: tuple[int, int, int]
     args: tuple                    # arrays, python float scale, python int/bool Constants
     name: str
-    # launch as a programmatic dependent of the previous launch (ct.launch's
-    # programmatic_dependent_launch): its blocks may start while that one finishes; the
-    # kernel itself waits (ct.grid_dependency_control_wait) before reading its results
-    pdl: bool = False
 
 
 # --------------------------------------------------------------------------------------
@@ -163,11 +159,11 @@ def plan_fmha(kernel_name: str, q, k, v, out, *,
     return launches
 
 
-def _launch(kernel, grid, args, name, pdl: bool = False) -> Launch:
+def _launch(kernel, grid, args, name) -> Launch:
     """A Launch, switched to the kernel's int64-indexed twin when an array needs it."""
     if any(_numel(a) > INT32_MAX for a in args if hasattr(a, "shape")):
         kernel = int64_variant(kernel)
-    return Launch(kernel, grid, args, name, pdl)
+    return Launch(kernel, grid, args, name)
 
 
 def _numel(a) -> int:

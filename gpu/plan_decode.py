@@ -43,8 +43,7 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
 
 __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
            "row_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
-           "auto_splits", "combine_tiles", "choose_pdl", "PDL_AUTO", "TILE_KEYS",
-           "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
            "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
            "LAUNCH_NAMES"]
 
@@ -60,14 +59,11 @@ __all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen
 #: K/V loads of a step then wait on no block-table load), 0 in the step itself, -1
 #: (AHEAD_AUTO, the default) choose_page_ahead.
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-             "PAGE_AHEAD", "PDL")
+             "PAGE_AHEAD")
 #: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "HEADS")
-#: tiles["PDL"]: -1 (PDL_AUTO, the default) choose_pdl, 0 the combine launched plainly,
-#: 1 as a programmatic dependent of the split kernel.
-PDL_AUTO = -1
 #: Query heads a varlen block computes one after another, (non-causal, causal): each
 #: block makes its sequence's views (four TMA descriptors) before its first load, and
 #: HEADS blocks' worth of work shares them. H100, Hq 32, Hkv 8, D 128, fp16, one run
@@ -151,7 +147,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
             "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0,
-            "PAGE_AHEAD": AHEAD_AUTO, "PDL": PDL_AUTO}
+            "PAGE_AHEAD": AHEAD_AUTO}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -175,17 +171,6 @@ def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) ->
     gt = min(group & -group, max_rows)
     sq_t = min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt), max(max_rows // gt, 1))
     return gt, sq_t
-
-
-def choose_pdl(split_blocks: int, num_sms: int) -> bool:
-    """Launch the combine as a programmatic dependent of the split kernel (its blocks are
-    placed while the splits run and wait in the kernel for their results) where the split
-    grid leaves an SM free for them. H100, fp16, D 128, the goal grid's 42 contiguous
-    shapes, one run (results/decode-pdl-h100-2026-11-27): split grids of 30-128 blocks
-    1.00-1.09x of the plain launch (8k caches 1.03-1.09), multi-wave grids 1.00-1.01, the
-    two of exactly 132 blocks (batch-1 MQA, 132 splits) 0.85 and 0.92: there the early
-    combine blocks share every SM with a split block."""
-    return split_blocks < num_sms
 
 
 def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
@@ -288,8 +273,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
     none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": -1..1
     (paged: page ids looked up one key tile ahead, 1, or in the step, 0; -1 AHEAD_AUTO:
-    choose_page_ahead), "PDL": -1..1 (1: the combine launched as a programmatic
-    dependent of the split kernel, Launch.pdl; 0 plainly; -1 PDL_AUTO: choose_pdl)};
+    choose_page_ahead)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -299,7 +283,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form, ctas, lat, ahead, pdl = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form, ctas, lat, ahead = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
@@ -326,7 +310,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
                          scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form,
-                         lat, ahead, 0),
+                         lat, ahead),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -334,16 +318,14 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     mx = alloc((B, Sq, Hq, splits), "float32")
     lx = alloc((B, Sq, Hq, splits), "float32")
     splits_t, cdv = combine_tiles(splits, Dv)
-    if pdl == PDL_AUTO:
-        pdl = 1 if choose_pdl(tiles_qh * splits * B, num_sms) else 0
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
                      scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat,
-                     ahead, int(pdl)),
+                     ahead),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
-                    "decode.combine", pdl=pdl > 0)]
+                    "decode.combine")]
 
 
 def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
@@ -466,7 +448,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -483,8 +465,7 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
-    pdl = _check_int("tiles['PDL']", t["PDL"], PDL_AUTO, 2)
-    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pdl
+    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead
 
 
 def _resolve_alloc(alloc, q):

@@ -22,13 +22,11 @@ The layouts of FlashAttention's ``flash_attn_with_kvcache`` (and vLLM's paged ca
 * scale: default 1/sqrt(D); any finite real number.
 * num_splits: key splits (None: chosen from the shape and the GPU's SM count); tiles:
   {"TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-  "PAGE_AHEAD", "PDL"} (gpu.plan_decode: keys per step, most query rows per block, how a tile of
+  "PAGE_AHEAD"} (gpu.plan_decode: keys per step, most query rows per block, how a tile of
   several pages is read, the split kernel's occupancy hint, rows or keys in the tensor
   cores' M: -1 auto, 0 rows, 1 keys, 2 keys_vt; the split kernel's CTAs a block: 0 no
   hint, 1, 2, 4; the K/V loads' DRAM latency hint, 1..10, 0 none; a paged cache's page
-  ids looked up in the key step, 0, or one tile ahead, 1: -1 auto; the combine launched
-  as a programmatic dependent of the split kernel, 1, or plainly, 0: -1 auto). TILE_N
-  and MAX_ROWS not given come
+  ids looked up in the key step, 0, or one tile ahead, 1: -1 auto). TILE_N and MAX_ROWS not given come
   from the tuned-config store's fmha_decode entry for this GPU and (dtype, D, Hq // Hkv,
   Sq, paged) when it has one (`spak sweep --family fmha_decode --update-store`), else
   from gpu.plan_decode.default_decode_tiles.
@@ -57,7 +55,7 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 256
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-             "PAGE_AHEAD", "PDL")
+             "PAGE_AHEAD")
 PAGE_MODES = (0, 1)                  # = gpu.plan_decode.PAGE_MODES
 KT_FORMS = (-1, 0, 1, 2)             # = gpu.plan_decode.KT_AUTO and KT_FORMS
 OCCUPANCIES = (0, 1, 2, 3, 4)        # = gpu.plan_decode.OCCUPANCIES
@@ -134,10 +132,7 @@ def _check_options(is_causal, num_splits, tiles):
                         "NUM_CTAS": (NUM_CTAS_VALUES, "0 no hint, else CTAs a block"),
                         "LAT": (LATENCIES, "0: the compiler's choice"),
                         "PAGE_AHEAD": ((-1, 0, 1), "-1 auto, 0 in the step, 1 one key "
-                                                   "tile ahead"),
-                        "PDL": ((-1, 0, 1, 2), "-1 auto, 0 a plain launch, 1/2 the "
-                                               "combine as a programmatic dependent launch, "
-                                               "scheduled after/before the splits' stores")})
+                                                   "tile ahead")})
 
 
 def validate(q, k_cache, v_cache, cache_seqlens, *, block_table=None, is_causal=False,
@@ -179,14 +174,14 @@ _PLANS: dict = {}
 
 
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead, pdl):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
     key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
            None if block_table is None else block_table.shape,
            is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
-           num_ctas, lat, ahead, pdl)
+           num_ctas, lat, ahead)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -203,12 +198,12 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
                            tiles={"TILE_N": tile_n, "MAX_ROWS": max_rows,
                                   "PAGE_MODE": page_mode, "OCCUPANCY": occupancy,
                                   "KT_FORM": kt_form, "NUM_CTAS": num_ctas, "LAT": lat,
-                                  "PAGE_AHEAD": ahead, "PDL": pdl},
+                                  "PAGE_AHEAD": ahead},
                            num_sms=_num_sms(q.device.index), alloc=alloc)
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
     names.update({id(w): i for i, w in enumerate(work)})
-    templates = [(L.kernel, L.grid, tuple(_place(a, names, work) for a in L.args), L.pdl)
+    templates = [(L.kernel, L.grid, tuple(_place(a, names, work) for a in L.args))
                  for L in launches]
     if len(_PLANS) >= 512:                    # many distinct shapes: start over
         _PLANS.clear()
@@ -255,7 +250,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
           page_mode: int, occupancy: int, kt_form: int, num_ctas: int,
-          lat: int, ahead: int = -1, pdl: int = -1) -> torch.Tensor:
+          lat: int, ahead: int = -1) -> torch.Tensor:
     """The custom op's CUDA body; arguments validated by fmha_kvcache (num_splits 0:
     automatic)."""
     B, Sq, Hq, _ = q.shape
@@ -272,7 +267,7 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                            kt_form)
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
                               num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
-                              num_ctas, lat, ahead, pdl)
+                              num_ctas, lat, ahead)
     # one workspace allocation per call, through torch's caching allocator (and its
     # graph pools under CUDA graph capture)
     work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
@@ -321,16 +316,15 @@ def decode_tiles(gpu_name: str, dtype, head_dim: int, group: int, seq_q: int,
 
 
 def launch_templates(device, templates, work, tensors) -> None:
-    """Launch (kernel, grid, template args[, pdl]) on `device`'s current stream, the
-    arguments bound by _arg (pdl: a programmatic dependent launch, gpu.plan.Launch.pdl); a
-    cuTile compile error is re-raised with the set-up diagnosis."""
+    """Launch (kernel, grid, template args) on `device`'s current stream, the arguments
+    bound by _arg; a cuTile compile error is re-raised with the set-up diagnosis."""
+    import cuda.tile as ct
     import spak.gpu.launch as gl
     stream = gl.current_raw_stream(device.index)
     try:
         with torch.cuda.device(device.index):
-            for kernel, grid, args, *pdl in templates:
-                gl.launch_one(stream, grid, kernel, tuple(_arg(a, work, tensors) for a in args),
-                              bool(pdl and pdl[0]))
+            for kernel, grid, args in templates:
+                ct.launch(stream, grid, kernel, tuple(_arg(a, work, tensors) for a in args))
     except Exception as exc:
         from spak.device import env as gpu_env
         if gpu_env.is_compile_error(exc):
@@ -345,7 +339,7 @@ _op.__doc__ = "torch.ops.spak.fmha_kvcache: spak.fmha_kvcache's kernels (inputs 
 
 @_op.register_fake
 def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
-          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=-1, pdl=-1):
+          tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead=-1):
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
@@ -373,7 +367,7 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
     args = (q, k_cache, v_cache, cache_seqlens, block_table, is_causal,
             1.0 / math.sqrt(q.shape[3]) if s is None else s, int(num_splits or 0),
             cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"],
-            cfg["KT_FORM"], cfg["NUM_CTAS"], cfg["LAT"], cfg["PAGE_AHEAD"], cfg["PDL"])
+            cfg["KT_FORM"], cfg["NUM_CTAS"], cfg["LAT"], cfg["PAGE_AHEAD"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd

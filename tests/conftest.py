@@ -45,8 +45,7 @@ def rng(request) -> np.random.Generator:
 @pytest.fixture
 def cpu_launch(monkeypatch):
     """cuTile's launch runs the kernel in the CPU simulator on the tensors' memory, and
-    the device queries answer as an H100 would: the API's own code path, on the CPU.
-    Returns the list of (kernel name, programmatic dependent launch) of every launch."""
+    the device queries answer as an H100 would: the API's own code path, on the CPU."""
     import contextlib
 
     import cuda.tile as ct
@@ -55,11 +54,7 @@ def cpu_launch(monkeypatch):
     import spak.gpu.launch as gl
     import spak.kvcache as kvc
 
-    launched = []
-
-    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
-        launched.append((kernel._annotated_function.pyfunc.__name__,
-                         kw.get("programmatic_dependent_launch", False)))
+    def launch(stream, grid, kernel, args):
         sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
                                   else a for a in args])
     monkeypatch.setattr(ct, "launch", launch)
@@ -72,4 +67,3 @@ def cpu_launch(monkeypatch):
     real = vl.validate_varlen
     monkeypatch.setattr(vl, "validate_varlen", lambda *a, **kw: real(*a, **kw,
                                                                        require_cuda=False))
-    return launched

@@ -529,7 +529,7 @@ def sim_kernels(monkeypatch, tmp_path):
     monkeypatch.setattr(gl, "current_raw_stream", lambda device=None: 0)
     names = []
 
-    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
+    def launch(stream, grid, kernel, args):
         arrays, back = [], []
         for a in args:
             if isinstance(a, torch.Tensor):

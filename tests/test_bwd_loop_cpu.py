@@ -44,7 +44,7 @@ def sim_launch(monkeypatch):
             return sim.SimArray(a.float().numpy(), ct.bfloat16)
         return sim.SimArray(a.numpy())
 
-    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
+    def launch(stream, grid, kernel, args):
         launched.append(kernel)
         arrs = [wrap(a) for a in args]
         sim.launch(kernel, grid, arrs)
@@ -356,7 +356,7 @@ def test_sweep_gpu_runner_checks_and_times_a_backward_config(sim_launch, monkeyp
     from tests.helpers_gpu_loop import cpu_sweep_runner
     r = cpu_sweep_runner(monkeypatch, torch)
     import spak.gpu.launch as gl
-    r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args, **kw:
+    r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args:
                                  gl.ct.launch(stream, grid, kernel, args))
     case_ = "1x2:1x40:70x32/fp16/causal"
     spec = BWD.parse(case_)

@@ -316,7 +316,7 @@ def sim_launch(monkeypatch):
     from spak import sim
     import spak.gpu.launch as gl
 
-    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
+    def launch(stream, grid, kernel, args):
         sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
                                   else a for a in args])
     monkeypatch.setattr(gl, "ct", types.SimpleNamespace(launch=launch))

@@ -42,9 +42,9 @@ def test_forms_plan_the_same_grid_and_pass_the_form():
     assert {tuple(L.grid for L in v) for v in plans.values()} == {
         tuple(L.grid for L in plans[0])}
     # the split kernel's arguments end (..., KT_FORM, LAT, AHEAD)
-    assert [v[0].args[-4] for v in plans.values()] == [0, 1, 2]
+    assert [v[0].args[-3] for v in plans.values()] == [0, 1, 2]
     auto = plan_decode(*args, block_table=inp["block_table"], causal=True, num_splits=2)
-    assert auto[0].args[-4] == choose_kt_form(32, 1, 4, 16, 128)
+    assert auto[0].args[-3] == choose_kt_form(32, 1, 4, 16, 128)
     assert default_decode_tiles(64)["KT_FORM"] == KT_AUTO
 
 
@@ -80,7 +80,7 @@ def sim_launch(monkeypatch):
     from spak import sim
     import spak.gpu.launch as gl
 
-    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
+    def launch(stream, grid, kernel, args):
         sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
                                   else a for a in args])
     monkeypatch.setattr(gl, "ct", types.SimpleNamespace(launch=launch))
@@ -102,7 +102,7 @@ def test_sweep_pieces_check_a_keys_form_config(sim_launch, kernel, config):
     ref = FAMILY.peer_reference(p, x)
     assert ref is not None and ref["out"].dtype == torch.float64
     call = FAMILY.gpu_call(kernel, p, x, config)
-    assert call.launches[0].args[-4] in (1, 2)                # a keys form was planned
+    assert call.launches[0].args[-3] in (1, 2)                # a keys form was planned
     call()
     err = t_rel_l2(call.outputs["out"].float(), ref["out"])
     assert err <= check_threshold(FAMILY, p)
@@ -121,7 +121,7 @@ def test_sweep_worker_runs_a_decode_job_on_shared_workspaces(sim_launch, monkeyp
     import spak.gpu.launch as gl
     from tests.helpers_gpu_loop import cpu_sweep_runner
     r = cpu_sweep_runner(monkeypatch, torch, l2_bytes=1 << 10)
-    r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args, **kw:
+    r.ct = types.SimpleNamespace(launch=lambda stream, grid, kernel, args:
                                  gl.ct.launch(stream, grid, kernel, args))
     case = "2x4:1x150x64/page16/lens=150:33/splits=3/fp16"
     job = {"family": "fmha_decode", "kernel": "splitkv", "case": case,

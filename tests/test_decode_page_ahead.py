@@ -60,14 +60,14 @@ def _arrays(page):
 
 
 def test_page_ahead_reaches_the_kernel_only_for_paged_caches():
-    """The kernel's AHEAD argument (the second last) follows tiles["PAGE_AHEAD"] on a paged cache;
+    """The kernel's AHEAD argument (the last) follows tiles["PAGE_AHEAD"] on a paged cache;
     a contiguous cache has no page ids, so its plan keeps the one variant either way."""
     args, bt = _arrays(16)
     on = plan_decode(*args, block_table=bt, num_splits=2, tiles={"PAGE_AHEAD": 1})
     off = plan_decode(*args, block_table=bt, num_splits=2, tiles={"PAGE_AHEAD": 0})
-    assert on[0].args[-2] is True and off[0].args[-2] is False
+    assert on[0].args[-1] is True and off[0].args[-1] is False
     args, _ = _arrays(0)
-    assert plan_decode(*args, num_splits=2, tiles={"PAGE_AHEAD": 1})[0].args[-2] is False
+    assert plan_decode(*args, num_splits=2, tiles={"PAGE_AHEAD": 1})[0].args[-1] is False
 
 
 @pytest.mark.parametrize("bad", [2, -2])
@@ -98,12 +98,12 @@ def test_default_chooses_by_page_and_form():
     assert choose_page_ahead(16, 128, 2) and not choose_page_ahead(16, 128, 0)
     assert choose_page_ahead(16, 128, 0, page_mode=0) and not choose_page_ahead(0, 128, 2)
     args, bt = _arrays(16)                     # 8 query heads of 2 kv heads: rows form
-    assert plan_decode(*args, block_table=bt, num_splits=2)[0].args[-2] is False
+    assert plan_decode(*args, block_table=bt, num_splits=2)[0].args[-1] is False
     assert plan_decode(*args, block_table=bt, num_splits=2,
-                       tiles={"KT_FORM": 2})[0].args[-2] is True
+                       tiles={"KT_FORM": 2})[0].args[-1] is True
     args, bt = _arrays(64)
     assert plan_decode(*args, block_table=bt, num_splits=2,
-                       tiles={"TILE_N": 64})[0].args[-2] is True
+                       tiles={"TILE_N": 64})[0].args[-1] is True
 
 
 @pytest.mark.parametrize("case", [
@@ -131,31 +131,3 @@ def test_fmha_kvcache_page_ahead_end_to_end(cpu_launch, case):
         assert rel_l2(out.numpy(), ref) <= gate_for(p.dtype)
         assert torch.equal(out, outs[0])
 
-
-
-def test_the_combine_is_a_programmatic_dependent_launch(cpu_launch):
-    """spak.fmha_kvcache launches the combine as a programmatic dependent of the split
-    kernel where the split grid leaves SMs free (choose_pdl: 6 blocks of 132 here; its
-    blocks may start while the splits finish, it waits in the kernel), and tiles={"PDL":
-    0} launches it plainly: the same bits either way."""
-    torch = pytest.importorskip("torch")
-    import spak
-    from spak.families.fmha_decode import FAMILY
-    p = FAMILY.parse("2x8:2x1:300x64/noncausal/lens=300:17/fp16")
-    t = {k: None if v is None else torch.from_numpy(v)
-         for k, v in FAMILY.make_inputs(p, seed=4).items()}
-    outs = []
-    for tiles in (None, {"PDL": 0}):
-        cpu_launch.clear()
-        outs.append(spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
-                                      num_splits=3, tiles=tiles))
-        want_pdl = tiles is None
-        assert cpu_launch == [("decode_split_kernel", False),
-                              ("decode_combine_kernel", want_pdl)]
-    assert torch.equal(outs[0], outs[1]) and torch.isfinite(outs[0]).all()
-
-
-def test_choose_pdl_leaves_full_split_grids_plain():
-    from spak.gpu.plan_decode import choose_pdl
-    assert choose_pdl(128, 132) and choose_pdl(30, 132)
-    assert not choose_pdl(132, 132) and not choose_pdl(264, 132)

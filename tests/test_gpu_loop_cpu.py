@@ -39,7 +39,7 @@ def sim_launch(monkeypatch, fake_cuda):
     import spak.gpu.launch as gl
     launched = []
 
-    def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
+    def launch(stream, grid, kernel, args):
         launched.append(kernel)
         arrs = [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args]
         sim.launch(kernel, grid, arrs)

@@ -350,7 +350,7 @@ def cpu_gpu_runner(monkeypatch):
         fail = None
 
         @staticmethod
-        def launch(stream, grid, kernel, args, **kw):   # kw: programmatic_dependent_launch
+        def launch(stream, grid, kernel, args):
             assert stream == "stream"
             if CT.fail is not None:
                 raise CT.fail

@@ -74,13 +74,7 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         CAUSAL: ConstBool,
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
-                        AHEAD: ConstBool = False,   # paged: page ids one tile ahead
-                        DEPENDENTS: ConstInt = 0):  # the combine a dependent launch:
-    #                                     1 scheduled after this block's stores, 2 from its start
-    if DEPENDENTS == 2:
-        # the combine (a programmatic dependent launch, gpu.plan.Launch.pdl) may be
-        # scheduled from here on: it waits for this grid's writes itself
-        ct.grid_dependency_control_launch_dependents()
+                        AHEAD: ConstBool = False):  # paged: page ids one tile ahead
     t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
     split = ct.bid(1)
     b = ct.bid(2)
@@ -101,9 +95,6 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
         ROWS = SQ_T * GT
         _finish(Out, Acc, Mx, Lx, m_i.reshape((ROWS, 1)), l_i.reshape((ROWS, 1)), acc,
                 b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT)
-    if DEPENDENTS == 1:
-        # after this block's stores: the combine is placed as the last splits finish
-        ct.grid_dependency_control_launch_dependents()
 
 
 def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT):
@@ -148,9 +139,6 @@ def decode_combine_kernel(Acc, Mx, Lx, Out,
     q = ct.bid(1)
     b = ct.bid(2)
     s_idx = ct.arange(SPLITS_T, dtype=ct.int32)
-    # launched early (programmatic dependent launch): the split kernel's partial states
-    # are complete and visible only past this wait (a no-op for a plain launch)
-    ct.grid_dependency_control_wait()
     # splits past the count read as m = -inf, l = 0, acc = 0: weight 0, adding exactly 0
     m_s = ct.gather(Mx, (b, q, h, s_idx), padding_value=NEG_INF).reshape((SPLITS_T, 1))
     l_s = ct.gather(Lx, (b, q, h, s_idx), padding_value=0.0).reshape((SPLITS_T, 1))

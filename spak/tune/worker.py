@@ -254,9 +254,8 @@ class GpuRunner:
         return r
 
     def _launch(self, call) -> None:
-        for L in call.launches:         # gpu.launch.launch_one's rule, through self.ct
-            kw = {"programmatic_dependent_launch": True} if L.pdl else {}
-            self.ct.launch(self.stream, L.grid, L.kernel, L.args, **kw)
+        for L in call.launches:
+            self.ct.launch(self.stream, L.grid, L.kernel, L.args)
 
     def _run_ours(self, fam, job, spec, data) -> dict:
         from spak.device.calls import first_tensor, shared_alloc
