@@ -249,6 +249,12 @@ def goal_ahead_grid() -> list[dict]:
     return cases
 
 
+def goal_bf16_grid() -> list[dict]:
+    """2026-11-27b (issue 18): the goal grid in bf16 (the issue's grid names both dtypes;
+    every earlier timing run was fp16), at the defaults, peers as in goal."""
+    return [dict(c, dtype="bf16") for c in goal_grid(False)]
+
+
 def r27_grid() -> list[dict]:
     """2026-11-27 (issue 18): batch-1 MQA (Sq 4 and 1) and B 8 MQA Sq 4, where the goal
     grid stays furthest from the copy: split counts beside the rule's (which the combine
@@ -1159,7 +1165,7 @@ def main(argv=None) -> int:
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
                                        "recheck", "goal_rep", "goal_ahead", "r27", "r27b", "r27c",
-                                       "none"),
+                                       "none", "goal_bf16"),
                     default="full", help="decode shapes to time (none: only --varlen's)")
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--forms", action="store_true",
@@ -1172,7 +1178,7 @@ def main(argv=None) -> int:
     grid = {"focus": focus_grid, "tune": tune_grid, "r18d": r18d_grid,
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
             "goal_ahead": goal_ahead_grid, "r27": r27_grid, "r27b": r27b_grid,
-            "r27c": r27c_grid, "none": lambda: [],
+            "r27c": r27c_grid, "none": lambda: [], "goal_bf16": goal_bf16_grid,
             "goal": lambda: goal_grid(args.forms)}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (
