@@ -97,6 +97,18 @@ def test_varlen_is_the_padded_forward_per_sequence_bit_for_bit(causal, dtype):
         assert np.array_equal(got, want), f"sequence {b}"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_heads_per_block_change_no_bit(causal):
+    """tiles["HEADS"]: a block computes several query heads one after another on the same
+    views; every head's rows are computed as with one head a block, to the bit (HEADS 3
+    rounds down to a divisor of Hq: 1)."""
+    x = _packed([37, 16, 5], [37, 50, 70], 8, 2, 64, seed=11)
+    outs = [simulate_varlen(x, causal=causal, tiles={**T16, "HEADS": h})[0] for h in (1, 4, 8, 3)]
+    for out in outs[1:]:
+        assert np.array_equal(out.view(np.uint16), outs[0].view(np.uint16))
+    assert np.isfinite(outs[0]).all()
+
+
 def test_varlen_no_keys_at_all_gives_zeros():
     x = _packed([3, 2], [0, 0], 2, 1, 16)
     out, reports = simulate_varlen(x, tiles=T16)
