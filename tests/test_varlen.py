@@ -140,6 +140,9 @@ def _plan_args(**over):
     (dict(kw=dict(max_seqlen_q=-1)), ValueError, "max_seqlen_q"),
     (dict(kw=dict(tiles={"TILE_M": 48})), ValueError, "power of two"),
     (dict(kw=dict(tiles={"MAX_ROWS": 64})), ValueError, "unknown keys"),
+    (dict(kw=dict(tiles={"HEADS": 0})), ValueError, "HEADS"),
+    (dict(kw=dict(tiles={"LAT_K": 11})), ValueError, "LAT_K"),
+    (dict(kw=dict(tiles={"OCCUPANCY": 1.5})), TypeError, "OCCUPANCY"),
     (dict(kw=dict(causal="yes")), TypeError, "causal must be a bool"),
 ])
 def test_plan_varlen_rejects_bad_input(over, err, words):
