@@ -949,10 +949,9 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
         cfg = launch_config(q, cu, Lmax, Lmax, causal)      # spak.fmha_varlen's config
         fns = {
             "varlen": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal),
-            "varlen_rv2": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "ROW_VIEWS": 2}),
-            "varlen_slices": _varlen_launch(q, k, v, cu, Lmax, causal,
-                                            {**cfg, "ROW_VIEWS": 0}),
             "varlen_h1": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 1}),
+            "varlen_h2": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 2}),
+            "varlen_h4": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 4}),
             "torch_varlen": _torch_varlen(q, k, v, cu, Lmax, causal),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)

@@ -29,19 +29,6 @@ class _Spec:
         """A view of the same elements (the plan's combine view of its workspace)."""
         return _Spec(tuple(shape), self.dtype)
 
-    @property
-    def strides(self):
-        """Row-major strides (stand-ins are contiguous)."""
-        out, n = [], 1
-        for d in reversed(self.shape):
-            out.append(n)
-            n *= d
-        return tuple(reversed(out))
-
-    def as_strided(self, shape, strides):
-        """A view of the same memory (the varlen plan's heads-major views)."""
-        return _Spec(tuple(shape), self.dtype)
-
 
 def _constraint(spec: _Spec) -> ArrayConstraint:
     """What ct.launch specialises to for contiguous, 16-byte-aligned tensors."""

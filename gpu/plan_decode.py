@@ -63,8 +63,7 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 #: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
-VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "HEADS",
-                    "ROW_VIEWS")
+VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "HEADS")
 #: Query heads a varlen block computes one after another, (non-causal, causal): each
 #: block makes its sequence's views (four TMA descriptors) before its first load, and
 #: HEADS blocks' worth of work shares them. H100, Hq 32, Hkv 8, D 128, fp16, one run
@@ -159,7 +158,7 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
     from .plan import default_tiles
     t = default_tiles(head_dim, arch, causal)
     return {"TILE_M": t["TILE_M"], "TILE_N": t["TILE_N"], "LAT_K": 0, "LAT_V": 0,
-            "OCCUPANCY": 0, "NUM_CTAS": 0, "HEADS": VARLEN_HEADS[bool(causal)], "ROW_VIEWS": 1}
+            "OCCUPANCY": 0, "NUM_CTAS": 0, "HEADS": VARLEN_HEADS[bool(causal)]}
 
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
@@ -382,22 +381,9 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
                         num_ctas=t["NUM_CTAS"] or None)
     heads = math.gcd(t["HEADS"], Hq)              # a divisor of Hq
     return [_launch(kernel, (-(-max_q // tm), Hq // heads, B),
-                    tuple(_heads_major(x) for x in (q, k, v, out))
-                    + (cu_seqlens_q, cu_seqlens_k, scale, c_pow2, _tile_width(D),
-                       _tile_width(Dv), tm, tn, causal, raw_max, Hq // Hkv, t["LAT_K"],
-                       t["LAT_V"], heads, t["ROW_VIEWS"]), "varlen")]
-
-
-def _heads_major(x):
-    """A packed [total, H, D] array as [1, H, total, D]: the same memory, strides permuted
-    (torch, numpy, sim.SimArray, or a compile stand-in with as_strided)."""
-    T, H, D = (int(n) for n in x.shape)
-    if hasattr(x, "unsqueeze"):                   # torch
-        return x.transpose(0, 1).unsqueeze(0)
-    if hasattr(x, "transpose") and hasattr(x, "itemsize"):      # numpy
-        return x.transpose(1, 0, 2)[None]
-    st = tuple(int(n) for n in x.strides)
-    return x.as_strided((1, H, T, D), (T * H * D, st[1], st[0], st[2]))
+                    (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2, _tile_width(D),
+                     _tile_width(Dv), tm, tn, causal, raw_max, Hq // Hkv, t["LAT_K"],
+                     t["LAT_V"], heads), "varlen")]
 
 
 def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
@@ -409,7 +395,6 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
     _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, 32)
     _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, 16)
     _check_int("tiles['HEADS']", t["HEADS"], 1, 64)
-    _check_int("tiles['ROW_VIEWS']", t["ROW_VIEWS"], 0, 2)
     return t
 
 

@@ -124,12 +124,6 @@ class SimArray:
         return self._view(self._offset + start * self._strides[axis], shape, self._strides,
                           f"{self.name}[{axis}:{start}:{stop}]")
 
-    def as_strided(self, shape, strides):
-        """A view of this array's memory from its first element with `shape` and element
-        `strides` (host side: e.g. a [total, H, D] array as [1, H, total, D]); raises where
-        an element would lie past the memory."""
-        return SimArray.from_foreign(ForeignPointer(self), shape, strides)
-
     def _view(self, offset, shape, strides, name):
         v = object.__new__(SimArray)
         root = self._root

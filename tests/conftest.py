@@ -55,7 +55,7 @@ def cpu_launch(monkeypatch):
     import spak.kvcache as kvc
 
     def launch(stream, grid, kernel, args):
-        sim.launch(kernel, grid, [sim.SimArray.strided(a.numpy()) if isinstance(a, torch.Tensor)
+        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
                                   else a for a in args])
     monkeypatch.setattr(ct, "launch", launch)
     monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)

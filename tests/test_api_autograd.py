@@ -534,10 +534,10 @@ def sim_kernels(monkeypatch, tmp_path):
         for a in args:
             if isinstance(a, torch.Tensor):
                 if a.dtype == BF16:
-                    arr = sim.SimArray.strided(a.float().numpy(), ct.bfloat16)
+                    arr = sim.SimArray(a.float().numpy(), ct.bfloat16)
                     back.append((a, arr))
                 else:
-                    arr = sim.SimArray.strided(a.numpy())
+                    arr = sim.SimArray(a.numpy())
                 arrays.append(arr)
             else:
                 arrays.append(a)

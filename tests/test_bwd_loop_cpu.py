@@ -41,8 +41,8 @@ def sim_launch(monkeypatch):
         if not isinstance(a, torch.Tensor):
             return a
         if a.dtype == torch.bfloat16:
-            return sim.SimArray.strided(a.float().numpy(), ct.bfloat16)
-        return sim.SimArray.strided(a.numpy())
+            return sim.SimArray(a.float().numpy(), ct.bfloat16)
+        return sim.SimArray(a.numpy())
 
     def launch(stream, grid, kernel, args):
         launched.append(kernel)

@@ -317,7 +317,7 @@ def sim_launch(monkeypatch):
     import spak.gpu.launch as gl
 
     def launch(stream, grid, kernel, args):
-        sim.launch(kernel, grid, [sim.SimArray.strided(a.numpy()) if isinstance(a, torch.Tensor)
+        sim.launch(kernel, grid, [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor)
                                   else a for a in args])
     monkeypatch.setattr(gl, "ct", types.SimpleNamespace(launch=launch))
     monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)

@@ -41,7 +41,7 @@ def sim_launch(monkeypatch, fake_cuda):
 
     def launch(stream, grid, kernel, args):
         launched.append(kernel)
-        arrs = [sim.SimArray.strided(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args]
+        arrs = [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args]
         sim.launch(kernel, grid, arrs)
     monkeypatch.setattr(gl, "ct", types.SimpleNamespace(launch=launch))
     monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)

@@ -355,7 +355,7 @@ def cpu_gpu_runner(monkeypatch):
             if CT.fail is not None:
                 raise CT.fail
             launched.append(kernel)
-            arrs = [sim.SimArray.strided(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args]
+            arrs = [sim.SimArray(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args]
             sim.launch(kernel, grid, arrs)
             if CT.corrupt:
                 args[3].view(-1)[0] = 7.0

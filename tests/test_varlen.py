@@ -109,24 +109,6 @@ def test_varlen_heads_per_block_change_no_bit(causal):
     assert np.isfinite(outs[0]).all()
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_varlen_row_views_equal_slices_and_a_neighbours_inf_stays_out(causal):
-    """tiles["ROW_VIEWS"]: Q, K, V read at row offsets of the whole packed arrays (1; 2: K
-    through the sequence's own view) or every array through per-sequence views (0): the
-    same bits. Reading at row offsets, a ragged last key tile holds the next sequence's
-    rows: its V rows (inf here) are zeroed, so no other sequence's output turns NaN."""
-    x = _packed([37, 16, 5, 70], [37, 50, 70, 3], 8, 2, 64, seed=11)
-    ck, cq = x["cu_seqlens_k"], x["cu_seqlens_q"]
-    x["v"][ck[1]:ck[2]] = np.inf
-    outs = [simulate_varlen(x, causal=causal, tiles={**T16, "TILE_N": 32, "ROW_VIEWS": r})[0]
-            for r in (0, 1, 2)]
-    for out in outs[1:]:
-        assert np.array_equal(out.view(np.uint16), outs[0].view(np.uint16))
-    others = np.delete(outs[1], range(cq[1], cq[2]), axis=0)
-    assert np.isfinite(others).all()
-    assert not np.isfinite(outs[1][cq[1]:cq[2]]).all()      # the inf sequence's own rows
-
-
 def test_varlen_no_keys_at_all_gives_zeros():
     x = _packed([3, 2], [0, 0], 2, 1, 16)
     out, reports = simulate_varlen(x, tiles=T16)

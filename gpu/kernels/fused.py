@@ -110,18 +110,9 @@ def _head_coords(GROUP):
 # long: one block's whole forward, in reading order
 def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V, WRITE_LSE, ROWS=False, ROWS_K=False, q0=0, k0=0, lq=0,
-                    lk=0):
-    # ROWS (the varlen kernel): Q and V (and K if ROWS_K; else K is the sequence's own
-    # view) are tiled views of whole packed batches read at row offsets, this sequence's
-    # rows starting at q0 (queries) and k0 (keys), lq and lk long; rows past them belong
-    # to the next sequence (masked, never stored)
-    if ROWS:
-        seq_q = lq
-        seq_k = lk
-    else:
-        seq_q = Q.shape[2]
-        seq_k = K.shape[2]
+                    LAT_K, LAT_V, WRITE_LSE):
+    seq_q = Q.shape[2]
+    seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
     diag = seq_k - seq_q
 
@@ -140,11 +131,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
-    if ROWS:
-        q = Q.load((0, h, q0 + bid_m * TILE_M, 0)).reshape((TILE_M, HEAD_DIM))
-    else:
-        q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
-                    padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
+    q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
 
     # Absolute query positions shifted onto the key axis: key j visible iff j <= q_pos.
     q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]  # [TM, 1]
@@ -168,32 +156,28 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     # body without control flow is what the compiler pipelines best.
     for j in range(0, min(mask_from, num_tiles)):
         qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K, ROWS_K, k0)
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
         m_i, l_i, acc = _online_softmax_step(
             qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
-            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V, ROWS, k0, False, seq_k)
-    # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of the
-    # diagonal get -inf, i.e. probability exactly 0 (_boundary_step).
-    if ROWS:
-        # the rows after a sequence's last key are the next sequence's: V rows there are
-        # zeroed (maybe inf/NaN, and p = 0 times NaN is NaN), in the ragged last tile only
-        n_in = max(min(num_tiles, seq_k // TILE_N), mask_from)
-        for j in range(mask_from, n_in):
-            m_i, l_i, acc = _boundary_step(
-                q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
-                m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
-                CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, ROWS, ROWS_K, k0, False)
-        for j in range(n_in, num_tiles):
-            m_i, l_i, acc = _boundary_step(
-                q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
-                m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
-                CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, ROWS, ROWS_K, k0, True)
-    else:
-        for j in range(mask_from, num_tiles):
-            m_i, l_i, acc = _boundary_step(
-                q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
-                m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
-                CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, False, False, 0, False)
+            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
+    for j in range(mask_from, num_tiles):
+        # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
+        # the diagonal get -inf, i.e. probability exactly 0.
+        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
+        key_pos = j * TILE_N + key_offs                     # [1, TN]
+        if CAUSAL:
+            # key_pos <= q_pos also keeps every key past Sk out of a real row: a row
+            # i < Sq has q_pos = i + Sk - Sq <= Sk - 1. Only the padding rows past Sq see
+            # such keys (zeros, by the load's padding) and they are never stored. One
+            # compare per score instead of two.
+            keep = key_pos <= q_pos                         # [TM, TN]
+        else:
+            keep = key_pos < seq_k                          # [1, TN]
+        qk = ct.where(keep, qk, NEG_INF)
+        m_i, l_i, acc = _online_softmax_step(
+            qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
+            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -262,41 +246,14 @@ def _log2_rowsum(x):
     return e.astype(ct.float32) * (2.0 ** -23) + (f * LOG2E_F32 + r)
 
 
-def _boundary_step(q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c, multipliers,
-                   m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M,
-                   TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, in_dtype, ROWS, ROWS_K, k0,
-                   ZERO_V):
-    """One boundary key tile j: scores, the element-wise mask, the online-softmax step."""
-    qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-                 HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K, ROWS_K, k0)
-    key_pos = j * TILE_N + key_offs                     # [1, TN]
-    if CAUSAL:
-        # key_pos <= q_pos also keeps every key past Sk out of a real row: a row i < Sq
-        # has q_pos = i + Sk - Sq <= Sk - 1. Only the padding rows past Sq see such keys
-        # and they are never stored. One compare per score instead of two.
-        keep = key_pos <= q_pos                         # [TM, TN]
-    else:
-        keep = key_pos < seq_k                          # [1, TN]
-    qk = ct.where(keep, qk, NEG_INF)
-    return _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
-                                TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, ROWS, k0,
-                                ZERO_V, seq_k)
-
-
 def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K, ROWS=False, k0=0):
+            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K):
     """Scores of key tile j, float32 [TM, TN]: in log2 units, (Q K^T * scale + M) * log2(e),
-    or raw Q K^T if RAW_MAX (scaled inside the exponent's FFMA, _raw_max_step). ROWS: K is
-    a tiled view read at row k0 + j * TILE_N (_fmha_fwd_block)."""
-    if ROWS:
-        k_t = ct.transpose(K.load((0, kv_h, k0 + j * TILE_N, 0),
-                                  latency=LAT_K if LAT_K > 0 else None
-                                  ).reshape((TILE_N, HEAD_DIM)))
-    else:
-        k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
-                      order=(0, 1, 3, 2),                # K^T via the load's axis order
-                      padding_mode=ct.PaddingMode.ZERO,
-                      latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
+    or raw Q K^T if RAW_MAX (scaled inside the exponent's FFMA, _raw_max_step)."""
+    k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
+                  order=(0, 1, 3, 2),                # K^T via the load's axis order
+                  padding_mode=ct.PaddingMode.ZERO,
+                  latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
     qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
     qk = ct.mma(q, k_t, qk)                          # tensor cores, float32 accumulation
     if not RAW_MAX:
@@ -310,8 +267,7 @@ def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
 
 
 def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
-                         TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, ROWS=False, k0=0,
-                         ZERO_V=False, seq_k=0):
+                         TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V):
     """Fold one key tile of scores ``s`` [TM, TN] into (m_i, l_i, acc)."""
     if RAW_MAX:
         m_new, p, alpha = _raw_max_step(s, m_i, *multipliers)
@@ -326,16 +282,9 @@ def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
 
     # P V on the tensor cores: P rounded to the input dtype, accumulation stays float32.
     # Keys past Sk load as zero rows of V (and have p == 0), so they add exactly 0.
-    if ROWS:                 # a tiled view read at row k0 + j * TILE_N (_fmha_fwd_block)
-        v = V.load((0, kv_h, k0 + j * TILE_N, 0),
-                   latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
-    else:
-        v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
-                    padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
-    if ZERO_V:               # rows past the sequence's keys: another sequence's V
-        rows = (j * TILE_N + ct.arange(TILE_N, dtype=ct.int32)).reshape((TILE_N, 1))
-        v = ct.where(rows < seq_k, v, 0.0)
+    v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
+                padding_mode=ct.PaddingMode.ZERO,
+                latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
     acc = ct.mma(p.astype(in_dtype), v, acc * alpha)
     # Keep the true max (possibly -inf), not m_safe: a later finite tile must rescale
     # against its own max, not against the placeholder 0.
@@ -386,56 +335,32 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
                        TILE_M: ConstInt, TILE_N: ConstInt,
                        CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
                        LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
-                       HEADS: ConstInt = 1,       # query heads a block, one after another
-                       ROW_VIEWS: ConstInt = 1):  # 1 Q, K, V at row offsets; 2 Q, V; 0 none
-    """The forward over a packed variable-length batch (FlashAttention's varlen layout),
-    the packed [total, H, D] arrays passed heads-major: Q [1, Hq, total_q, D], K/V [1, Hkv,
-    total_k, D/Dv], Out [1, Hq, total_q, Dv] (strided views of the same memory, made by the
-    host); sequence b owns rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V
-    (int32 [B+1]).
+                       HEADS: ConstInt = 1):      # query heads a block, one after another
+    """The forward over a packed variable-length batch (FlashAttention's varlen layout):
+    Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
+    rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
 
-    Grid (cdiv(max_seqlen_q, TILE_M), Hq / HEADS, B), as fmha_fwd_kernel's with the longest
-    sequence's query tiles, HEADS heads a block. The block runs _fmha_fwd_block, the padded
-    forward's code (outputs equal spak.fmha's per sequence, bit for bit):
-    - ROW_VIEWS (default): Q, K and V read through tiled views at the sequence's row
-      offsets, on the host-made descriptors (no descriptor is built in the kernel; rows past
-      the sequence are the next one's: keys masked, V rows zeroed, query rows never
-      stored); Out through a view of the sequence's rows, so the store stops at its end.
-    - else every array through a view of the sequence's rows (Array.slice: four TMA
-      descriptors built per block). Causal: bottom-right per sequence."""
+    Grid (cdiv(max_seqlen_q, TILE_M), Hq, B), as fmha_fwd_kernel's with the longest
+    sequence's query tiles. Each block views its sequence's rows as the padded forward's
+    [1, H, L, D] arrays (the same memory, strides permuted: _sequence_view) and runs
+    _fmha_fwd_block on them unchanged: the same loads, tiles, knobs, RAW_MAX and code
+    (outputs equal spak.fmha's per sequence, bit for bit). Views end at the sequence, so rows and
+    keys past it read as zeros and are never written. Causal: bottom-right per sequence."""
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
     b = ct.bid(2)
-    q0, lq = _segment(CuQ, b, Q.shape[2])
+    q0, lq = _segment(CuQ, b, Q.shape[0])
     if bid_m * TILE_M < lq:                       # tiles past the sequence: nothing
-        k0, lk = _segment(CuK, b, K.shape[2])
-        Os = _rows(Out, q0, lq)
-        if ROW_VIEWS > 0:
-            Qs = Q.tiled_view((1, 1, TILE_M, HEAD_DIM), traversal_steps=(1, 1, 1, HEAD_DIM),
-                              padding_mode=ct.PaddingMode.ZERO)
-            if ROW_VIEWS == 1:
-                Ks = K.tiled_view((1, 1, TILE_N, HEAD_DIM),
-                                  traversal_steps=(1, 1, 1, HEAD_DIM),
-                                  padding_mode=ct.PaddingMode.ZERO)
-            else:
-                Ks = _rows(K, k0, lk)
-            Vs = V.tiled_view((1, 1, TILE_N, HEAD_DIM_V),
-                              traversal_steps=(1, 1, 1, HEAD_DIM_V),
-                              padding_mode=ct.PaddingMode.ZERO)
-            for i in range(HEADS):
-                h = ct.bid(1) * HEADS + i
-                _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
-                                h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
-                                CAUSAL, False, RAW_MAX, LAT_K, LAT_V, False,
-                                True, ROW_VIEWS == 1, q0, k0, lq, lk)
-        else:
-            Qs, Ks, Vs = _rows(Q, q0, lq), _rows(K, k0, lk), _rows(V, k0, lk)
-            for i in range(HEADS):
-                h = ct.bid(1) * HEADS + i
-                _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
-                                h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
-                                CAUSAL, False, RAW_MAX, LAT_K, LAT_V, False)
+        k0, lk = _segment(CuK, b, K.shape[0])
+        # the views' TMA descriptors are made here, per block: HEADS > 1 shares them
+        Qs, Ks = _sequence_view(Q, q0, lq), _sequence_view(K, k0, lk)
+        Vs, Os = _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq)
+        for i in range(HEADS):
+            h = ct.bid(1) * HEADS + i
+            _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
+                            h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
+                            False, RAW_MAX, LAT_K, LAT_V, False)
 
 
 def _segment(Cu, b, total):
@@ -446,8 +371,11 @@ def _segment(Cu, b, total):
     return start, stop - start
 
 
-def _rows(X, start, length):
-    """Rows [start, start + length) of a heads-major [1, H, total, D] array: a view (its
-    TMA descriptor is made in the kernel)."""
-    first = min(start, X.shape[2] - 1)            # an empty run still needs a valid slice
-    return X.slice(2, first, first + length)
+def _sequence_view(X, start, length):
+    """Rows [start, start + length) of a packed [total, H, D] array as a [1, H, length, D]
+    array: the padded forward's layout over the same memory, no copy."""
+    first = min(start, X.shape[0] - 1)            # an empty run still needs a valid slice
+    rows = X.slice(0, first, first + length)
+    return ct.Array.from_foreign(rows.foreign_pointer,
+                                 (1, X.shape[1], length, X.shape[2]),
+                                 (X.strides[0], X.strides[1], X.strides[0], X.strides[2]))
