@@ -14,8 +14,11 @@ prints, for a loop of K tile loads feeding mma (ct.load on tile indices vs the t
 at row offsets), the TMA loads and stores, global loads, descriptor set-up (STS of a
 descriptor, UTMACCTL) in each kernel's SASS. 2026-11-27 (tileiras 13.4.92): both 4
 UTMALDG, 2 UTMASTG, no LDG, no STS: the tiled view at row offsets loads through a
-host-made descriptor. Not yet measured on a GPU, and the rows past a sequence then belong
-to the next one (keys must be masked, V rows zeroed, the last query tile's store bounded).
+host-made descriptor. Measured in the varlen kernel the same day (results/varlen-h100-
+2026-11-27 run 6, reverted): faster where sequences are whole tiles (8 x 2048 non-causal
+1.09x of the per-sequence views), slower where they are not (ragged causal 0.63x: the
+rows past a sequence are the next one's, and zeroing the ragged tile's V rows costs a
+round trip through registers).
 """
 from __future__ import annotations
 
