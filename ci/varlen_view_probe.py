@@ -16,9 +16,9 @@ descriptor, UTMACCTL) in each kernel's SASS. 2026-11-27 (tileiras 13.4.92): both
 UTMALDG, 2 UTMASTG, no LDG, no STS: the tiled view at row offsets loads through a
 host-made descriptor. Measured in the varlen kernel the same day (results/varlen-h100-
 2026-11-27 run 6, reverted): faster where sequences are whole tiles (8 x 2048 non-causal
-1.09x of the per-sequence views), slower where they are not (ragged causal 0.63x: the
-rows past a sequence are the next one's, and zeroing the ragged tile's V rows costs a
-round trip through registers).
+585 TFLOPS at HEADS 1 against 538 for the per-sequence views at HEADS 4), slower where they
+are not (ragged causal 290 vs 462: the rows past a sequence are the next one's, and
+zeroing the ragged tile's V rows costs a round trip through registers).
 """
 from __future__ import annotations
 
