@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 from .kernels import decode as _decode
 from .kernels import fused as _fused
-from .variants import with_hints
+from .variants import HINT_RANGES, with_hints
 from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_head_dims,
                    _check_inputs, _check_int, _check_scale, _dtype_name, _launch, _shape,
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles,
@@ -392,8 +392,9 @@ def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:
     check_pow2_tiles(t, ("TILE_M", "TILE_N"))
     for key in ("LAT_K", "LAT_V"):
         _check_int(f"tiles['{key}']", t[key], 0, 10)
-    _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, 32)
-    _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, 16)
+    # 0: no hint; with_hints checks the rest of each hint's range
+    _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, HINT_RANGES["occupancy"][1])
+    _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, HINT_RANGES["num_ctas"][1])
     _check_int("tiles['HEADS']", t["HEADS"], 1, 64)
     return t
 

@@ -258,18 +258,32 @@ def _launch_config(q, k, kernel, is_causal, tile_m, tile_n, lat_k, lat_v, occupa
     asks the CUDA driver for the GPU's name and reads the tuned-config store, neither of
     which a traced graph may do (issue 20); the result is the one eager resolve_tiles
     gives (explicit tiles filled from the defaults, else the tuned entry, else defaults)."""
+    c = launch_settings(kernel, q.dtype, q.shape[3], is_causal, k.shape[2], q.device,
+                        q.shape[0] * q.shape[1] * q.shape[2], tile_m, tile_n, lat_k, lat_v,
+                        occupancy, num_ctas)
+    tiles = {"TILE_M": c["TILE_M"], "TILE_N": c["TILE_N"]}
+    if kernel == "fused":
+        tiles.update(LAT_K=c["LAT_K"], LAT_V=c["LAT_V"])
+    return tiles, {"occupancy": c["occupancy"] or None, "num_ctas": c["num_ctas"] or None}
+
+
+def launch_settings(kernel: str, dtype, D: int, causal: bool, Sk: int, device, rows: int,
+                    tile_m: int = 0, tile_n: int = 0, lat_k: int = 0, lat_v: int = 0,
+                    occupancy: int = 0, num_ctas: int = 0) -> dict:
+    """{"TILE_M", "TILE_N", "LAT_K", "LAT_V", "occupancy", "num_ctas"} (ints, 0: none) of
+    a forward launch: the given ones, or (tile_m or tile_n 0: not chosen by the caller)
+    resolve_tiles' (explicit tiles filled from the defaults, else the tuned entry for
+    ``rows`` = B * Hq * Sq, else the defaults). Shared by spak.fmha and spak.fmha_varlen,
+    which launches spak.fmha's config for its padded batch."""
     if not (tile_m and tile_n):
         given = {key: val for key, val in (("TILE_M", tile_m), ("TILE_N", tile_n)) if val}
-        t = resolve_tiles(kernel, q.dtype, q.shape[3], is_causal, k.shape[2], q.device,
-                          given or None, rows=q.shape[0] * q.shape[1] * q.shape[2])
+        t = resolve_tiles(kernel, dtype, D, causal, Sk, device, given or None, rows=rows)
         tile_m, tile_n = int(t["TILE_M"]), int(t["TILE_N"])
         if not given:
             lat_k, lat_v, occupancy, num_ctas = (int(t.get(key) or 0) for key in
                                                  ("LAT_K", "LAT_V", "occupancy", "num_ctas"))
-    tiles = {"TILE_M": tile_m, "TILE_N": tile_n}
-    if kernel == "fused":
-        tiles.update(LAT_K=lat_k, LAT_V=lat_v)
-    return tiles, {"occupancy": occupancy or None, "num_ctas": num_ctas or None}
+    return {"TILE_M": tile_m, "TILE_N": tile_n, "LAT_K": lat_k, "LAT_V": lat_v,
+            "occupancy": occupancy, "num_ctas": num_ctas}
 
 
 def _on_device(device, call):

@@ -129,17 +129,12 @@ def launch_config(q, cu_seqlens_q, max_seqlen_q: int, max_seqlen_k: int, is_caus
     given one, or (tile_m or tile_n 0: not chosen by the caller) spak.fmha's for the
     padded batch, looked up at run time as spak.fmha does (under torch.compile too: the
     op's arguments are zeros then). Pass it to the simulator to reproduce a GPU call."""
-    if tile_m and tile_n:
-        return {"TILE_M": tile_m, "TILE_N": tile_n, "LAT_K": lat_k, "LAT_V": lat_v,
-                "OCCUPANCY": occupancy, "NUM_CTAS": num_ctas}
-    from spak.api import resolve_tiles
-    given = {key: val for key, val in (("TILE_M", tile_m), ("TILE_N", tile_n)) if val}
+    from spak.api import launch_settings
     rows = (cu_seqlens_q.shape[0] - 1) * q.shape[1] * max_seqlen_q     # the padded batch's
-    t = resolve_tiles("fused", q.dtype, q.shape[2], is_causal, max_seqlen_k, q.device,
-                      given or None, rows=rows)
-    return {"TILE_M": int(t["TILE_M"]), "TILE_N": int(t["TILE_N"]),
-            "LAT_K": int(t.get("LAT_K") or 0), "LAT_V": int(t.get("LAT_V") or 0),
-            "OCCUPANCY": int(t.get("occupancy") or 0), "NUM_CTAS": int(t.get("num_ctas") or 0)}
+    c = launch_settings("fused", q.dtype, q.shape[2], is_causal, max_seqlen_k, q.device, rows,
+                        tile_m, tile_n, lat_k, lat_v, occupancy, num_ctas)
+    return {"TILE_M": c["TILE_M"], "TILE_N": c["TILE_N"], "LAT_K": c["LAT_K"],
+            "LAT_V": c["LAT_V"], "OCCUPANCY": c["occupancy"], "NUM_CTAS": c["num_ctas"]}
 
 
 def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, config):
@@ -179,8 +174,8 @@ def _impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
-    config = launch_config(q, cq, max_seqlen_q, max_seqlen_k, is_causal, tile_m, tile_n, lat_k,
-                     lat_v, occupancy, num_ctas)
+    config = launch_config(q, cq, max_seqlen_q, max_seqlen_k, is_causal, tile_m, tile_n,
+                           lat_k, lat_v, occupancy, num_ctas)
     templates = _templates(q, k, v, cq, ck, out, max_seqlen_q, max_seqlen_k, is_causal,
                            scale, config)
     if not templates:                     # no key anywhere (or max_seqlen_q == 0): zeros

@@ -228,3 +228,25 @@ def test_fmha_kvcache_end_to_end_on_the_simulator(cpu_launch):
                                 num_splits=splits)
         assert torch.isfinite(out).all()
         assert rel_l2(out.numpy(), FAMILY.reference(p, x)["out"]) <= 1e-3
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_launch_config_is_spak_fmha_config_for_the_padded_batch(monkeypatch, causal):
+    """spak.varlen.launch_config (what spak.fmha_varlen launches) is spak.fmha's launch
+    config for the padded batch (the tuned store's H100 entry here), and given tiles pass
+    through with no hints."""
+    import spak.api as api
+    from spak.varlen import launch_config
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", "NVIDIA H100 80GB HBM3"))
+    B, L, Hq, Hkv, D = 8, 2048, 32, 8, 128
+    q = torch.empty(B * L, Hq, D, dtype=torch.float16)
+    cu = torch.arange(0, B * L + 1, L, dtype=torch.int32)
+    got = launch_config(q, cu, L, L, causal)
+    tiles, hints = api._launch_config(torch.empty(B, Hq, L, D, dtype=torch.float16),
+                                      torch.empty(B, Hkv, L, D, dtype=torch.float16),
+                                      "fused", causal, 0, 0, 0, 0, 0, 0)
+    assert got == {"TILE_M": tiles["TILE_M"], "TILE_N": tiles["TILE_N"],
+                   "LAT_K": tiles["LAT_K"], "LAT_V": tiles["LAT_V"],
+                   "OCCUPANCY": hints["occupancy"] or 0, "NUM_CTAS": hints["num_ctas"] or 0}
+    assert launch_config(q, cu, L, L, causal, 32, 64) == {
+        "TILE_M": 32, "TILE_N": 64, "LAT_K": 0, "LAT_V": 0, "OCCUPANCY": 0, "NUM_CTAS": 0}

@@ -340,12 +340,13 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
 
-    Grid (cdiv(max_seqlen_q, TILE_M), Hq, B), as fmha_fwd_kernel's with the longest
-    sequence's query tiles. Each block views its sequence's rows as the padded forward's
-    [1, H, L, D] arrays (the same memory, strides permuted: _sequence_view) and runs
-    _fmha_fwd_block on them unchanged: the same loads, tiles, knobs, RAW_MAX and code
-    (outputs equal spak.fmha's per sequence, bit for bit). Views end at the sequence, so rows and
-    keys past it read as zeros and are never written. Causal: bottom-right per sequence."""
+    Grid (cdiv(max_seqlen_q, TILE_M), Hq / HEADS, B): fmha_fwd_kernel's with the longest
+    sequence's query tiles, HEADS query heads a block. Each block views its sequence's rows
+    as the padded forward's [1, H, L, D] arrays (the same memory, strides permuted:
+    _sequence_view) and runs _fmha_fwd_block on them unchanged, once a head: the same
+    loads, tiles, knobs, RAW_MAX and code (outputs equal spak.fmha's per sequence, bit for
+    bit). Views end at the sequence, so rows and keys past it read as zeros and are never
+    written. Causal: bottom-right per sequence."""
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
