@@ -864,16 +864,23 @@ def varlen_check(spec, emit, log):
             f"{'PASS' if row['passed'] else 'FAIL'}")
 
 
-def _varlen_launch(q, k, v, cu, Lmax, causal, tiles):
+def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, views=False):
     """One varlen call through plan_varlen with `tiles` (knobs spak.fmha_varlen does not
-    take), launched on the current stream."""
+    take), launched on the current stream; views: the former per-sequence-views kernel
+    (ci/varlen_views_kernel.py) in its place, same config."""
     import cuda.tile as ct
     import torch
     from spak.gpu.plan_decode import plan_varlen
     out = torch.empty_like(q[..., :v.shape[2]])
     (L,) = plan_varlen(q, k, v, cu, cu, out, max_seqlen_q=Lmax, max_seqlen_k=Lmax,
                        causal=causal, tiles=tiles)
-    return lambda: ct.launch(torch.cuda.current_stream(), L.grid, L.kernel, L.args)
+    kernel = L.kernel
+    if views:
+        from spak.gpu.variants import with_hints
+        from varlen_views_kernel import fmha_varlen_views_kernel
+        kernel = with_hints(fmha_varlen_views_kernel, occupancy=tiles.get("OCCUPANCY") or None,
+                            num_ctas=tiles.get("NUM_CTAS") or None)
+    return lambda: ct.launch(torch.cuda.current_stream(), L.grid, kernel, L.args)
 
 
 def _torch_varlen(q, k, v, cu, Lmax, causal):
@@ -952,6 +959,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
             "varlen_h1": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 1}),
             "varlen_h2": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 2}),
             "varlen_h4": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 4}),
+            "varlen_views": _varlen_launch(q, k, v, cu, Lmax, causal,
+                                           {**cfg, "HEADS": 2 if causal else 4}, views=True),
             "torch_varlen": _torch_varlen(q, k, v, cu, Lmax, causal),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)

@@ -109,6 +109,28 @@ def test_varlen_heads_per_block_change_no_bit(causal):
     assert np.isfinite(outs[0]).all()
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_rows_of_other_sequences_stay_out(causal):
+    """Tiles are read at row offsets of the packed arrays, so a ragged tile holds the next
+    sequence's rows: with inf in one sequence's K and V and NaN in its Q, every other
+    sequence's output is bit-identical to the clean batch's. No block writes another
+    sequence's rows (the ragged last query tile stores through a view that ends at its
+    sequence): the simulator's checker fails a launch on an element written twice."""
+    lq, lk = [37, 16, 5, 70], [37, 50, 70, 3]
+    clean = _packed(lq, lk, 8, 2, 64, seed=11)
+    bad = {n: a.copy() for n, a in clean.items()}
+    cq, ck = clean["cu_seqlens_q"], clean["cu_seqlens_k"]
+    bad["k"][ck[1]:ck[2]] = np.inf
+    bad["v"][ck[1]:ck[2]] = -np.inf
+    bad["q"][cq[1]:cq[2]] = np.nan
+    tiles = {**T16, "TILE_N": 32}
+    want, _ = simulate_varlen(clean, causal=causal, tiles=tiles)
+    got, _ = simulate_varlen(bad, causal=causal, tiles=tiles)
+    others = np.r_[cq[0]:cq[1], cq[2]:cq[-1]]
+    assert np.isfinite(want).all()
+    assert np.array_equal(got[others].view(np.uint16), want[others].view(np.uint16))
+
+
 def test_varlen_no_keys_at_all_gives_zeros():
     x = _packed([3, 2], [0, 0], 2, 1, 16)
     out, reports = simulate_varlen(x, tiles=T16)

@@ -110,9 +110,15 @@ def _head_coords(GROUP):
 # long: one block's whole forward, in reading order
 def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V, WRITE_LSE):
-    seq_q = Q.shape[2]
-    seq_k = K.shape[2]
+                    LAT_K, LAT_V, WRITE_LSE, ROWS=False, q0=0, k0=0, lq=0, lk=0):
+    # ROWS (fmha_varlen_kernel): Q, K, V, Out are packed [total, H, D] arrays and this
+    # block's sequence owns query rows [q0, q0 + lq) and key rows [k0, k0 + lk) (b is 0).
+    if ROWS:
+        seq_q = lq
+        seq_k = lk
+    else:
+        seq_q = Q.shape[2]
+        seq_k = K.shape[2]
     # Bottom-right causal alignment: row i sees keys j <= i + diag.
     diag = seq_k - seq_q
 
@@ -131,8 +137,12 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
 
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
-    q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
-                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
+    if ROWS:      # rows past the sequence are the next one's: their output is never stored
+        q = _row_view(Q, TILE_M, HEAD_DIM).load((q0 + bid_m * TILE_M, h, 0)
+                                                ).reshape((TILE_M, HEAD_DIM))
+    else:
+        q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
+                    padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
 
     # Absolute query positions shifted onto the key axis: key j visible iff j <= q_pos.
     q_pos = (bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[:, None]  # [TM, 1]
@@ -156,28 +166,34 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     # body without control flow is what the compiler pipelines best.
     for j in range(0, min(mask_from, num_tiles)):
         qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
+                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K, ROWS, k0)
         m_i, l_i, acc = _online_softmax_step(
             qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
-            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
-    for j in range(mask_from, num_tiles):
-        # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of
-        # the diagonal get -inf, i.e. probability exactly 0.
-        qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2,
-                     HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K)
-        key_pos = j * TILE_N + key_offs                     # [1, TN]
-        if CAUSAL:
-            # key_pos <= q_pos also keeps every key past Sk out of a real row: a row
-            # i < Sq has q_pos = i + Sk - Sq <= Sk - 1. Only the padding rows past Sq see
-            # such keys (zeros, by the load's padding) and they are never stored. One
-            # compare per score instead of two.
-            keep = key_pos <= q_pos                         # [TM, TN]
-        else:
-            keep = key_pos < seq_k                          # [1, TN]
-        qk = ct.where(keep, qk, NEG_INF)
-        m_i, l_i, acc = _online_softmax_step(
-            qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
-            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V)
+            TILE_N, HEAD_DIM_V, Q.dtype, RAW_MAX, LAT_V, ROWS, k0)
+    # Boundary tiles only: keys past Sk (ragged end) and, if causal, keys right of the
+    # diagonal get -inf, i.e. probability exactly 0 (_boundary_step).
+    if ROWS:
+        # V rows past the sequence are the next one's (maybe inf or NaN, and p = 0 times
+        # NaN is NaN): the ragged last tile (at most one) reads V through a view that ends
+        # at the sequence, zeros past it; only the blocks reaching that tile make one.
+        n_whole = min(seq_k // TILE_N, num_tiles)
+        for j in range(mask_from, n_whole):
+            m_i, l_i, acc = _boundary_step(
+                q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
+                m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
+                CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, True, k0, True)
+        for j in range(n_whole, num_tiles):
+            m_i, l_i, acc = _boundary_step(
+                q, K, _sequence_view(V, k0, seq_k), Mask, b, kv_h, mask_b, mask_h, bid_m, j,
+                qk_scale_log2, multipliers, m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM,
+                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype,
+                True, k0, False)
+    else:
+        for j in range(mask_from, num_tiles):
+            m_i, l_i, acc = _boundary_step(
+                q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
+                m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
+                CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, False, 0, False)
 
     # ---- normalise and store ----------------------------------------------------------
     # l_i == 0 exactly when the row saw no allowed key: output 0 there, never 0/0.
@@ -187,8 +203,11 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     l_safe = ct.where(has_keys, l_i, 1.0)
     out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
     out = ct.where(has_keys, out, 0.0)
-    out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
-    ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
+    if ROWS:
+        _store_rows(Out, out.astype(Out.dtype), h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V)
+    else:
+        out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
+        ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
     if WRITE_LSE:
         _store_lse(Lse, m_i, l_i, has_keys, qk_scale_log2, b, h, bid_m, TILE_M, RAW_MAX)
 
@@ -246,14 +265,42 @@ def _log2_rowsum(x):
     return e.astype(ct.float32) * (2.0 ** -23) + (f * LOG2E_F32 + r)
 
 
+def _boundary_step(q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c, multipliers,
+                   m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M,
+                   TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, in_dtype, K_ROWS, k0,
+                   V_ROWS):
+    """One boundary key tile j: scores, the element-wise mask, the online-softmax step.
+    K_ROWS / V_ROWS: K / V is a packed array read at row k0 + j * TILE_N (else 4D)."""
+    qk = _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
+                 HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K, K_ROWS, k0)
+    key_pos = j * TILE_N + key_offs                     # [1, TN]
+    if CAUSAL:
+        # key_pos <= q_pos also keeps every key past Sk out of a real row: a row i < Sq
+        # has q_pos = i + Sk - Sq <= Sk - 1. Only the padding rows past Sq see such keys
+        # (zeros by the load's padding, or the next sequence's) and they are never
+        # stored. One compare per score instead of two.
+        keep = key_pos <= q_pos                         # [TM, TN]
+    else:
+        keep = key_pos < seq_k                          # [1, TN]
+    qk = ct.where(keep, qk, NEG_INF)
+    return _online_softmax_step(qk, m_i, l_i, acc, V, b, kv_h, j, multipliers,
+                                TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, V_ROWS, k0)
+
+
 def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
-            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K):
+            HEAD_DIM, TILE_M, TILE_N, HAS_MASK, RAW_MAX, LAT_K, ROWS=False, k0=0):
     """Scores of key tile j, float32 [TM, TN]: in log2 units, (Q K^T * scale + M) * log2(e),
-    or raw Q K^T if RAW_MAX (scaled inside the exponent's FFMA, _raw_max_step)."""
-    k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
-                  order=(0, 1, 3, 2),                # K^T via the load's axis order
-                  padding_mode=ct.PaddingMode.ZERO,
-                  latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
+    or raw Q K^T if RAW_MAX (scaled inside the exponent's FFMA, _raw_max_step). ROWS: K is
+    packed [total, Hkv, D], tile j at row k0 + j * TILE_N."""
+    if ROWS:
+        k_t = ct.transpose(_row_view(K, TILE_N, HEAD_DIM).load(
+            (k0 + j * TILE_N, kv_h, 0),
+            latency=LAT_K if LAT_K > 0 else None).reshape((TILE_N, HEAD_DIM)))
+    else:
+        k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
+                      order=(0, 1, 3, 2),                # K^T via the load's axis order
+                      padding_mode=ct.PaddingMode.ZERO,
+                      latency=LAT_K if LAT_K > 0 else None).reshape((HEAD_DIM, TILE_N))
     qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
     qk = ct.mma(q, k_t, qk)                          # tensor cores, float32 accumulation
     if not RAW_MAX:
@@ -267,7 +314,7 @@ def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
 
 
 def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
-                         TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V):
+                         TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, ROWS=False, k0=0):
     """Fold one key tile of scores ``s`` [TM, TN] into (m_i, l_i, acc)."""
     if RAW_MAX:
         m_new, p, alpha = _raw_max_step(s, m_i, *multipliers)
@@ -282,9 +329,14 @@ def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
 
     # P V on the tensor cores: P rounded to the input dtype, accumulation stays float32.
     # Keys past Sk load as zero rows of V (and have p == 0), so they add exactly 0.
-    v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
-                padding_mode=ct.PaddingMode.ZERO,
-                latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
+    if ROWS:                 # packed [total, Hkv, Dv], tile j at row k0 + j * TILE_N
+        v = _row_view(V, TILE_N, HEAD_DIM_V).load(
+            (k0 + j * TILE_N, kv_h, 0),
+            latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
+    else:
+        v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
     acc = ct.mma(p.astype(in_dtype), v, acc * alpha)
     # Keep the true max (possibly -inf), not m_safe: a later finite tile must rescale
     # against its own max, not against the placeholder 0.
@@ -341,27 +393,27 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
 
     Grid (cdiv(max_seqlen_q, TILE_M), Hq / HEADS, B): fmha_fwd_kernel's with the longest
-    sequence's query tiles, HEADS query heads a block. Each block views its sequence's rows
-    as the padded forward's [1, H, L, D] arrays (the same memory, strides permuted:
-    _sequence_view) and runs _fmha_fwd_block on them unchanged, once a head: the same
-    loads, tiles, knobs, RAW_MAX and code (outputs equal spak.fmha's per sequence, bit for
-    bit). Views end at the sequence, so rows and keys past it read as zeros and are never
-    written. Causal: bottom-right per sequence."""
+    sequence's query tiles, HEADS query heads a block. Each block runs _fmha_fwd_block, the
+    padded forward's code, in its ROWS form: tiles are read at the sequence's row offsets
+    of the packed arrays (_row_view: through the launch's TMA descriptors, none made in
+    the kernel), so each sequence's output equals spak.fmha's on it alone, bit for bit.
+    Rows past a sequence belong to the next one: query rows there are never stored, keys
+    there are masked, and the ragged last key tile's V and the ragged last query tile's
+    Out go through views that end at the sequence (_sequence_view: a descriptor made in
+    the block, only where such a tile is reached). Causal: bottom-right per sequence."""
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
     b = ct.bid(2)
+    # both runs' offsets before the branch: their loads are issued together
     q0, lq = _segment(CuQ, b, Q.shape[0])
+    k0, lk = _segment(CuK, b, K.shape[0])
     if bid_m * TILE_M < lq:                       # tiles past the sequence: nothing
-        k0, lk = _segment(CuK, b, K.shape[0])
-        # the views' TMA descriptors are made here, per block: HEADS > 1 shares them
-        Qs, Ks = _sequence_view(Q, q0, lq), _sequence_view(K, k0, lk)
-        Vs, Os = _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq)
         for i in range(HEADS):
             h = ct.bid(1) * HEADS + i
-            _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
+            _fmha_fwd_block(Q, K, V, Out, Q, None, scale, scale_log2_pow2, 0, h,
                             h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
-                            False, RAW_MAX, LAT_K, LAT_V, False)
+                            False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk)
 
 
 def _segment(Cu, b, total):
@@ -370,6 +422,25 @@ def _segment(Cu, b, total):
     start = min(max(ct.load(Cu, index=(b,), shape=()), 0), total)
     stop = min(max(ct.load(Cu, index=(b + 1,), shape=()), start), total)
     return start, stop - start
+
+
+def _row_view(X, ROWS, WIDTH):
+    """Packed [total, H, D] X as tiles of ROWS rows of one head, placed at any row: a load
+    at (r, h, 0) reads rows r .. r + ROWS of head h (zeros past the array)."""
+    return X.tiled_view((ROWS, 1, WIDTH), traversal_steps=(1, 1, WIDTH),
+                        padding_mode=ct.PaddingMode.ZERO)
+
+
+def _store_rows(Out, out, h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V):
+    """Query tile bid_m of head h into the packed Out at row q0 + bid_m * TILE_M: a whole
+    tile through the launch's descriptor; the ragged last one through a view that ends at
+    the sequence, so the rows past it (the next sequence's) are not written."""
+    if (bid_m + 1) * TILE_M <= seq_q:
+        _row_view(Out, TILE_M, HEAD_DIM_V).store(
+            (q0 + bid_m * TILE_M, h, 0), out.reshape((TILE_M, 1, HEAD_DIM_V)))
+    else:
+        ct.store(_sequence_view(Out, q0, seq_q), index=(0, h, bid_m, 0),
+                 tile=out.reshape((1, 1, TILE_M, HEAD_DIM_V)))
 
 
 def _sequence_view(X, start, length):
