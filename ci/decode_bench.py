@@ -864,10 +864,10 @@ def varlen_check(spec, emit, log):
             f"{'PASS' if row['passed'] else 'FAIL'}")
 
 
-def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, views=False):
+def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     """One varlen call through plan_varlen with `tiles` (knobs spak.fmha_varlen does not
-    take), launched on the current stream; views: the former per-sequence-views kernel
-    (ci/varlen_views_kernel.py) in its place, same config."""
+    take), launched on the current stream; opponent: "views" or "nocu", a kernel of
+    ci/varlen_bench_kernels.py in its place, same config."""
     import cuda.tile as ct
     import torch
     from spak.gpu.plan_decode import plan_varlen
@@ -875,10 +875,11 @@ def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, views=False):
     (L,) = plan_varlen(q, k, v, cu, cu, out, max_seqlen_q=Lmax, max_seqlen_k=Lmax,
                        causal=causal, tiles=tiles)
     kernel = L.kernel
-    if views:
+    if opponent:
+        import varlen_bench_kernels
         from spak.gpu.variants import with_hints
-        from varlen_views_kernel import fmha_varlen_views_kernel
-        kernel = with_hints(fmha_varlen_views_kernel, occupancy=tiles.get("OCCUPANCY") or None,
+        kernel = with_hints(getattr(varlen_bench_kernels, f"fmha_varlen_{opponent}_kernel"),
+                            occupancy=tiles.get("OCCUPANCY") or None,
                             num_ctas=tiles.get("NUM_CTAS") or None)
     return lambda: ct.launch(torch.cuda.current_stream(), L.grid, kernel, L.args)
 
@@ -960,7 +961,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
             "varlen_h2": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 2}),
             "varlen_h4": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 4}),
             "varlen_views": _varlen_launch(q, k, v, cu, Lmax, causal,
-                                           {**cfg, "HEADS": 2 if causal else 4}, views=True),
+                                           {**cfg, "HEADS": 2 if causal else 4}, "views"),
             "torch_varlen": _torch_varlen(q, k, v, cu, Lmax, causal),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)
@@ -975,6 +976,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
             fns[nm] = sd
         if len(set(lens)) == 1:          # the packed rows as a [B, H, L, D] strided batch
             fns["fmha_bshd"] = _fmha_strided(q, k, v, B, Lmax, causal)
+            fns["varlen_nocu"] = _varlen_launch(q, k, v, cu, Lmax, causal, cfg, "nocu")
         names = list(fns)
         ms = shuffled_rounds({n: [f] for n, f in fns.items()}, names, rounds,
                              zlib.crc32(f"{name}{causal}".encode()), "fmha_padded", log,

@@ -64,14 +64,15 @@ TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTA
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
 VARLEN_TILE_KEYS = ("TILE_M", "TILE_N", "LAT_K", "LAT_V", "OCCUPANCY", "NUM_CTAS", "HEADS")
-#: Query heads a varlen block computes one after another, (non-causal, causal): each
-#: block makes its sequence's views (four TMA descriptors) before its first load, and
-#: HEADS blocks' worth of work shares them. H100, Hq 32, Hkv 8, D 128, fp16, one run
-#: (results/varlen-h100-2026-11-27 run 4), TFLOPS HEADS 1 / 2 / 4: 32 x 512 non-causal
-#: 385 / 424 / 431, causal 231 / 256 / 261; 8 x 2048 non-causal 512 / 515 / 554, causal
-#: 439 / 435 / 417; 2 x 8192 causal 507 / 554 / 490 (a causal block's work grows with
-#: HEADS: 4 leaves a long tail at long sequences).
-VARLEN_HEADS = (4, 2)
+#: Query heads a varlen block computes one after another, (non-causal, causal): HEADS > 1
+#: shares a block's offset loads (and the views of ragged tiles) among heads, but a
+#: causal block's work grows with it and the last blocks leave a tail. H100, Hq 32, Hkv 8,
+#: D 128, fp16, one run (results/varlen-h100-2026-11-27 run 7, tiles at row offsets),
+#: TFLOPS HEADS 1 / 2 / 4: non-causal 8 x 2048 566 / 530 / 549, 2 x 8192 537 / 542 / 553,
+#: 32 x 512 450 / 453 / 458, 16 x 1000 473 / 479 / 484, ragged 8 505 / 569 / 554;
+#: causal 8 x 2048 462 / 450 / 434, 2 x 8192 577 / 557 / 510, 32 x 512 284 / 277 / 286,
+#: 16 x 1000 373 / 364 / 356, ragged 8 486 / 490 / 482.
+VARLEN_HEADS = (4, 1)
 #: OCCUPANCY values a decode tiles dict accepts (0: no hint)
 OCCUPANCIES = (0, 1, 2, 3, 4)
 #: NUM_CTAS values a decode tiles dict accepts (0: no hint; else cuTile's num_ctas). H100

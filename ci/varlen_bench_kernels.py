@@ -1,0 +1,65 @@
+"""Varlen forward kernels kept as benchmark opponents only (ci/decode_bench.py times them
+beside the shipped gpu/kernels/fused.py `fmha_varlen_kernel`, same signature and grid):
+
+- fmha_varlen_views_kernel (`varlen_views`): as shipped before 2026-11-27c: every block
+  views its sequence's rows of Q, K, V and Out as [1, H, L, D] arrays (`_sequence_view`:
+  four TMA descriptors built in the block) and runs the padded forward's block on them.
+- fmha_varlen_nocu_kernel (`varlen_nocu`, equal-length batches only): the shipped kernel
+  with the offsets computed (b * L, L = total / B) instead of loaded from CuQ/CuK: prices
+  the offsets' load, which every block waits for before its first tile load."""
+import cuda.tile as ct
+
+from spak.gpu.kernels.fused import _fmha_fwd_block, _segment, _sequence_view
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+
+
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))
+def fmha_varlen_views_kernel(Q, K, V, Out, CuQ, CuK,
+                             scale: float, scale_log2_pow2: float,
+                             HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                             TILE_M: ConstInt, TILE_N: ConstInt,
+                             CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
+                             LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
+                             HEADS: ConstInt = 1):
+    """fmha_varlen_kernel's signature and grid; per-sequence views for every array."""
+    bid_m = ct.bid(0)
+    if CAUSAL:
+        bid_m = ct.num_blocks(0) - 1 - bid_m
+    b = ct.bid(2)
+    q0, lq = _segment(CuQ, b, Q.shape[0])
+    if bid_m * TILE_M < lq:
+        k0, lk = _segment(CuK, b, K.shape[0])
+        Qs, Ks = _sequence_view(Q, q0, lq), _sequence_view(K, k0, lk)
+        Vs, Os = _sequence_view(V, k0, lk), _sequence_view(Out, q0, lq)
+        for i in range(HEADS):
+            h = ct.bid(1) * HEADS + i
+            _fmha_fwd_block(Qs, Ks, Vs, Os, Q, None, scale, scale_log2_pow2, 0, h,
+                            h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
+                            False, RAW_MAX, LAT_K, LAT_V, False)
+
+
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))
+def fmha_varlen_nocu_kernel(Q, K, V, Out, CuQ, CuK,
+                            scale: float, scale_log2_pow2: float,
+                            HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                            TILE_M: ConstInt, TILE_N: ConstInt,
+                            CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
+                            LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
+                            HEADS: ConstInt = 1):
+    """fmha_varlen_kernel on an equal-length batch with no offset loads (CuQ/CuK unread)."""
+    bid_m = ct.bid(0)
+    if CAUSAL:
+        bid_m = ct.num_blocks(0) - 1 - bid_m
+    b = ct.bid(2)
+    lq = Q.shape[0] // ct.num_blocks(2)
+    lk = K.shape[0] // ct.num_blocks(2)
+    q0 = b * lq
+    k0 = b * lk
+    if bid_m * TILE_M < lq:
+        for i in range(HEADS):
+            h = ct.bid(1) * HEADS + i
+            _fmha_fwd_block(Q, K, V, Out, Q, None, scale, scale_log2_pow2, 0, h,
+                            h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
+                            False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk)
