@@ -922,13 +922,15 @@ def _fmha_strided(q, k, v, B, L, causal):
     return lambda: ct.launch(torch.cuda.current_stream(), Lc.grid, kernel, args)
 
 
-def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
+def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp16",
+                knobs=True):
     """spak.fmha_varlen on a packed prefill batch (queries = keys per sequence) against
     spak.fmha on the batch padded to the longest sequence, spak.fmha once per sequence,
     and SDPA (cuDNN, flash) padded. TFLOPS count the useful work: 4 Hq L^2 D per
     sequence, halved when causal. Padded and unmasked, a ragged batch computes more (and
     a different function past each sequence's end): the peers there bound what padding
-    costs; with equal lengths the padded batch is the same problem."""
+    costs; with equal lengths the padded batch is the same problem. knobs: also the HEADS
+    variants and the opponents of ci/varlen_bench_kernels.py."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -938,12 +940,13 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
     B, Lmax = len(lens), max(lens)
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=dev)
     T = int(sum(lens))
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     for causal in (False, True):
-        q = torch.randn(T, Hq, D, device=dev, dtype=torch.float16)
-        k = torch.randn(T, Hkv, D, device=dev, dtype=torch.float16)
+        q = torch.randn(T, Hq, D, device=dev, dtype=tdt)
+        k = torch.randn(T, Hkv, D, device=dev, dtype=tdt)
         v = torch.randn_like(k)
-        qp = torch.zeros(B, Hq, Lmax, D, device=dev, dtype=torch.float16)
-        kp = torch.zeros(B, Hkv, Lmax, D, device=dev, dtype=torch.float16)
+        qp = torch.zeros(B, Hq, Lmax, D, device=dev, dtype=tdt)
+        kp = torch.zeros(B, Hkv, Lmax, D, device=dev, dtype=tdt)
         vp = torch.zeros_like(kp)
         seqs = []
         for b, n in enumerate(lens):
@@ -957,16 +960,16 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
         cfg = launch_config(q, cu, Lmax, Lmax, causal)      # spak.fmha_varlen's config
         fns = {
             "varlen": lambda: spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal),
-            "varlen_h1": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 1}),
-            "varlen_h2": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 2}),
-            "varlen_h4": _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 4}),
-            "varlen_views": _varlen_launch(q, k, v, cu, Lmax, causal,
-                                           {**cfg, "HEADS": 2 if causal else 4}, "views"),
             "torch_varlen": _torch_varlen(q, k, v, cu, Lmax, causal),
             "fmha_padded": lambda: spak.fmha(qp, kp, vp, is_causal=causal, enable_gqa=True),
             "fmha_per_seq": lambda: [spak.fmha(a, b_, c, is_causal=causal, enable_gqa=True)
                                      for a, b_, c in seqs],
         }
+        if knobs:
+            fns.update({f"varlen_h{h}": _varlen_launch(q, k, v, cu, Lmax, causal,
+                                                        {**cfg, "HEADS": h}) for h in (1, 2, 4)})
+            fns["varlen_views"] = _varlen_launch(q, k, v, cu, Lmax, causal,
+                                                 {**cfg, "HEADS": 2 if causal else 4}, "views")
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -976,7 +979,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
             fns[nm] = sd
         if len(set(lens)) == 1:          # the packed rows as a [B, H, L, D] strided batch
             fns["fmha_bshd"] = _fmha_strided(q, k, v, B, Lmax, causal)
-            fns["varlen_nocu"] = _varlen_launch(q, k, v, cu, Lmax, causal, cfg, "nocu")
+            if knobs:
+                fns["varlen_nocu"] = _varlen_launch(q, k, v, cu, Lmax, causal, cfg, "nocu")
         names = list(fns)
         ms = shuffled_rounds({n: [f] for n, f in fns.items()}, names, rounds,
                              zlib.crc32(f"{name}{causal}".encode()), "fmha_padded", log,
@@ -994,10 +998,11 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5):
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
         row = dict(kind="varlen_time", name=name, lens=lens, causal=causal, Hq=Hq, Hkv=Hkv,
-                   D=D, ms=res, tflops={k: flop / v / 1e9 for k, v in res.items()},
+                   D=D, dtype=dtype, rounds=rounds, ms=res,
+                   ms_rounds={n: [float(x) for x in v] for n, v in ms.items()}, tflops={k: flop / v / 1e9 for k, v in res.items()},
                    rel_l2_vs_fmha=check)
         emit(row)
-        log(f"varlen {name:12s} {'causal' if causal else 'noncausal':9s} " + "  ".join(
+        log(f"varlen {name:12s} {dtype} {'causal' if causal else 'noncausal':9s} " + "  ".join(
             f"{k} {row['tflops'][k]:6.1f}" for k in res) + " TFLOPS"
             + (f"  rel vs fmha {check:.1e}" if check is not None else ""))
         del q, k, v, qp, kp, vp, seqs
@@ -1046,13 +1051,13 @@ def summary(rows, copy_gbs) -> str:
                          f" | {g.get('copy-same', float('nan')):.0f} |")
     vt = [r for r in rows if r["kind"] == "varlen_time"]
     if vt:
-        names = list(vt[0]["tflops"])
-        lines += ["", "varlen prefill (Hq 32, Hkv 8, D 128, fp16), TFLOPS of useful work: "
-                  + ", ".join(names), "",
-                  "| batch | causal | " + " | ".join(names)
+        names = list(dict.fromkeys(n for r in vt for n in r["tflops"]))
+        lines += ["", "varlen prefill (Hq 32, Hkv 8, D 128), TFLOPS of useful work (median of "
+                  "the rounds): " + ", ".join(names), "",
+                  "| batch | dtype | causal | " + " | ".join(names)
                   + " | varlen / fmha_padded | varlen / fmha_per_seq |",
-                  "|---|---|" + "---|" * (len(names) + 2)]
-        lines += [f"| {r['name']} | {r['causal']} | " + " | ".join(
+                  "|---|---|---|" + "---|" * (len(names) + 2)]
+        lines += [f"| {r['name']} | {r.get('dtype', 'fp16')} | {r['causal']} | " + " | ".join(
             f"{r['tflops'].get(n, float('nan')):.1f}" for n in names) +
             f" | {r['tflops']['varlen'] / r['tflops']['fmha_padded']:.2f}"
             f" | {r['tflops']['varlen'] / r['tflops']['fmha_per_seq']:.2f} |" for r in vt]
@@ -1082,7 +1087,7 @@ def _task(task):
     elif kind == "varlen_check":
         varlen_check(task[1], rows.append, logs.append)
     elif kind == "varlen_time":
-        varlen_time(task[1], task[2], rows.append, logs.append)
+        varlen_time(task[1], task[2], rows.append, logs.append, **task[3])
     elif kind == "graph":
         graph_and_compile(rows.append, logs.append)
     elif kind == "copy":
@@ -1179,6 +1184,12 @@ def main(argv=None) -> int:
                                        "none", "goal_bf16"),
                     default="full", help="decode shapes to time (none: only --varlen's)")
     ap.add_argument("--varlen", action="store_true")
+    ap.add_argument("--varlen-rounds", type=int, default=5, metavar="N",
+                    help="shuffled rounds per varlen timing (default 5)")
+    ap.add_argument("--varlen-dtypes", default="fp16", metavar="D[,D]",
+                    help="varlen timing dtypes, fp16 and/or bf16 (default fp16)")
+    ap.add_argument("--varlen-core", action="store_true",
+                    help="varlen timings without the HEADS variants and bench opponents")
     ap.add_argument("--forms", action="store_true",
                     help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
                          "with every KT_FORM too (FORM_KNOBS)")
@@ -1201,7 +1212,10 @@ def main(argv=None) -> int:
     checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     checks += [("graph",)] if problems else []
     timings = [("copy",)] + [("time", c) for c in grid]
-    timings += [("varlen_time", n, lens) for n, lens in VARLEN_TIMED] if args.varlen else []
+    timings += [("varlen_time", n, lens, dict(rounds=args.varlen_rounds, dtype=dt,
+                                               knobs=not args.varlen_core))
+                for dt in args.varlen_dtypes.split(",") for n, lens in VARLEN_TIMED
+                ] if args.varlen else []
     tasks = timings + checks if args.checks_last else checks + timings
     run_tasks(tasks, emit, log)
     copies = [r["gbs"] for r in rows if r["kind"] == "copy"]
