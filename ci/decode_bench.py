@@ -637,6 +637,51 @@ def _graph_time(fn_list, reps=20):
     return float(np.median(times)), how
 
 
+def _graph(fn_list):
+    """The calls captured in one CUDA graph (after one eager call): its replay."""
+    import torch
+    for fn in fn_list:
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for fn in fn_list:
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g.replay
+
+
+def paired_ratios(runs: dict, base: str, pairs: int = 40, reps: int = 3) -> dict:
+    """name -> median over `pairs` of (ms of name / ms of base), each pair timed back to
+    back (reps replays each, the order alternating): the GPU's clock drifts by 10-15%
+    between rounds of the same call (results/varlen-h100-2026-11-27 run 9), and both
+    sides of a pair see the same drift. runs: name -> graph replay (_graph)."""
+    import torch
+
+    def ms(run):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            run()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
+    out = {}
+    for name, run in runs.items():
+        if name == base:
+            continue
+        r = []
+        for i in range(pairs):
+            if i % 2:
+                x, y = ms(run), ms(runs[base])
+            else:
+                y, x = ms(runs[base]), ms(run)
+            r.append(x / y)
+        out[name] = float(np.median(r))
+    return out
+
+
 def shuffled_rounds(P: dict, names: list, rounds: int, seed: int, first: str, log,
                     label) -> dict:
     """name -> ms per call of each round: `rounds` rounds, each in a fresh seeded shuffle
@@ -923,14 +968,15 @@ def _fmha_strided(q, k, v, B, L, causal):
 
 
 def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp16",
-                knobs=True):
+                knobs=True, pairs=0):
     """spak.fmha_varlen on a packed prefill batch (queries = keys per sequence) against
     spak.fmha on the batch padded to the longest sequence, spak.fmha once per sequence,
     and SDPA (cuDNN, flash) padded. TFLOPS count the useful work: 4 Hq L^2 D per
     sequence, halved when causal. Padded and unmasked, a ragged batch computes more (and
     a different function past each sequence's end): the peers there bound what padding
     costs; with equal lengths the padded batch is the same problem. knobs: also the HEADS
-    variants and the opponents of ci/varlen_bench_kernels.py."""
+    variants and the opponents of ci/varlen_bench_kernels.py. pairs: also paired_ratios
+    (time / spak.fmha padded's time, median over pairs timed back to back)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -987,6 +1033,13 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                              f"varlen {name}")
         res = {n: float(np.nanmedian(v)) if not np.isnan(v).all() else float("nan")
                for n, v in ms.items()}
+        # time ratios to spak.fmha on the padded batch, pairs timed back to back
+        paired = {}
+        if pairs:
+            runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
+                                                   "fmha_bshd", "fmha_per_seq") if n in fns}
+            paired = paired_ratios(runs, "fmha_padded", pairs)
+            del runs
         # the equal-length batch: varlen and spak.fmha compute the same thing
         check = None
         if len(set(lens)) == 1:
@@ -999,12 +1052,15 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                 f"spak.fmha on {100 * same:.4f}% of elements")
         row = dict(kind="varlen_time", name=name, lens=lens, causal=causal, Hq=Hq, Hkv=Hkv,
                    D=D, dtype=dtype, rounds=rounds, ms=res,
-                   ms_rounds={n: [float(x) for x in v] for n, v in ms.items()}, tflops={k: flop / v / 1e9 for k, v in res.items()},
+                   ms_rounds={n: [float(x) for x in v] for n, v in ms.items()},
+                   time_over_padded=paired, tflops={k: flop / v / 1e9 for k, v in res.items()},
                    rel_l2_vs_fmha=check)
         emit(row)
         log(f"varlen {name:12s} {dtype} {'causal' if causal else 'noncausal':9s} " + "  ".join(
             f"{k} {row['tflops'][k]:6.1f}" for k in res) + " TFLOPS"
-            + (f"  rel vs fmha {check:.1e}" if check is not None else ""))
+            + (f"  rel vs fmha {check:.1e}" if check is not None else "")
+            + ("  paired time / fmha_padded: " + "  ".join(f"{k} {v:.3f}" for k, v in
+                                                          paired.items()) if paired else ""))
         del q, k, v, qp, kp, vp, seqs
         torch.cuda.empty_cache()
 
@@ -1188,6 +1244,9 @@ def main(argv=None) -> int:
                     help="shuffled rounds per varlen timing (default 5)")
     ap.add_argument("--varlen-dtypes", default="fp16", metavar="D[,D]",
                     help="varlen timing dtypes, fp16 and/or bf16 (default fp16)")
+    ap.add_argument("--varlen-pairs", type=int, default=0, metavar="N",
+                    help="also time varlen, its opponents and peers against spak.fmha "
+                         "padded in N back-to-back pairs (the ratio's median)")
     ap.add_argument("--varlen-core", action="store_true",
                     help="varlen timings without the HEADS variants and bench opponents")
     ap.add_argument("--forms", action="store_true",
@@ -1213,7 +1272,8 @@ def main(argv=None) -> int:
     checks += [("graph",)] if problems else []
     timings = [("copy",)] + [("time", c) for c in grid]
     timings += [("varlen_time", n, lens, dict(rounds=args.varlen_rounds, dtype=dt,
-                                               knobs=not args.varlen_core))
+                                               knobs=not args.varlen_core,
+                                               pairs=args.varlen_pairs))
                 for dt in args.varlen_dtypes.split(",") for n, lens in VARLEN_TIMED
                 ] if args.varlen else []
     tasks = timings + checks if args.checks_last else checks + timings
