@@ -947,7 +947,7 @@ def _torch_varlen(q, k, v, cu, Lmax, causal):
 def _fmha_strided(q, k, v, B, L, causal):
     """spak.fmha's forward kernel and config (the tuned store's, as spak.fmha resolves it)
     launched on the packed rows seen as [B, H, L, D] strided views: the varlen memory
-    layout with descriptors made on the host, to price the per-sequence views."""
+    layout with descriptors made on the host, to price what the varlen kernel adds."""
     import cuda.tile as ct
     import torch
     from spak.api import resolve_tiles

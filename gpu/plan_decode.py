@@ -26,7 +26,7 @@ row tiling (GQA packing) from ``row_tiles``.
 ``plan_varlen`` plans attention over a packed variable-length batch (prefill,
 FlashAttention's varlen layout: q [total_q, Hq, D], k/v [total_k, Hkv, D/Dv],
 cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv]) with the padded forward's block
-(gpu/kernels/fused.py, fmha_varlen_kernel) over per-sequence views.
+(gpu/kernels/fused.py, fmha_varlen_kernel) at each sequence's row offsets.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ Causal (Sq > 1): bottom-right, query i of a sequence of length L sees keys j <= 
 Rows that see no key output zeros.
 
 Packed variable-length prefill (spak.fmha_varlen) is not here: it runs the padded forward's
-block over per-sequence views (gpu/kernels/fused.py, fmha_varlen_kernel).
+block at each sequence's row offsets (gpu/kernels/fused.py, fmha_varlen_kernel).
 """
 import cuda.tile as ct
 
