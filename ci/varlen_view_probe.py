@@ -14,11 +14,11 @@ prints, for a loop of K tile loads feeding mma (ct.load on tile indices vs the t
 at row offsets), the TMA loads and stores, global loads, descriptor set-up (STS of a
 descriptor, UTMACCTL) in each kernel's SASS. 2026-11-27 (tileiras 13.4.92): both 4
 UTMALDG, 2 UTMASTG, no LDG, no STS: the tiled view at row offsets loads through a
-host-made descriptor. Measured in the varlen kernel the same day (results/varlen-h100-
-2026-11-27 run 6, reverted): faster where sequences are whole tiles (8 x 2048 non-causal
-585 TFLOPS at HEADS 1 against 538 for the per-sequence views at HEADS 4), slower where they
-are not (ragged causal 290 vs 462: the rows past a sequence are the next one's, and
-zeroing the ragged tile's V rows costs a round trip through registers).
+host-made descriptor. Run 6 of results/varlen-h100-2026-11-27 (heads-major host views,
+reverted) lost where sequences end mid-tile (the ragged tile's V zeroed through
+registers); since 2026-11-27c the shipped kernel reads the packed [total, H, D] arrays
+this way (gpu/kernels/fused.py `_row_view`) and takes V of a ragged last key tile through
+a view that ends at the sequence instead (runs 7-10).
 """
 from __future__ import annotations
 
