@@ -78,6 +78,6 @@ def test_round5_variants_give_spaks_bits(variants, case):
     k, v = (rng.standard_normal((B, Hkv, Sk, D)).astype(np.float16) for _ in range(2))
     ref = _run(None, q, k, v, causal, tiles)
     assert np.isfinite(ref).all() and np.abs(ref).max() > 0
-    for name in ("natural", "flatgrid", "oneloop", "samplelike"):
+    for name in ("natural", "flatgrid"):     # oneloop, samplelike: retired (ci/fwd_variants.py)
         out = _run(_load(variants / f"{name}.py"), q, k, v, causal, tiles)
         np.testing.assert_array_equal(out.view(np.uint16), ref.view(np.uint16), err_msg=name)
