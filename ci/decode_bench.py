@@ -912,21 +912,27 @@ def varlen_check(spec, emit, log):
 def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     """One varlen call through plan_varlen with `tiles` (knobs spak.fmha_varlen does not
     take), launched on the current stream; opponent: "views" or "nocu", a kernel of
-    ci/varlen_bench_kernels.py in its place, same config."""
+    ci/varlen_bench_kernels.py in its place, same config; "hm": the shipped kernel given
+    heads-major [1, H, total, D] views of the packed arrays (another TMA box)."""
     import cuda.tile as ct
     import torch
     from spak.gpu.plan_decode import plan_varlen
     out = torch.empty_like(q[..., :v.shape[2]])
     (L,) = plan_varlen(q, k, v, cu, cu, out, max_seqlen_q=Lmax, max_seqlen_k=Lmax,
                        causal=causal, tiles=tiles)
-    kernel = L.kernel
-    if opponent:
+    kernel, args = L.kernel, L.args
+    if opponent == "hm":      # the same kernel on heads-major [1, H, total, D] views
+        args = tuple(x.permute(1, 0, 2).unsqueeze(0) for x in L.args[:4]) + tuple(L.args[4:])
+    elif opponent:
         import varlen_bench_kernels
         from spak.gpu.variants import with_hints
         kernel = with_hints(getattr(varlen_bench_kernels, f"fmha_varlen_{opponent}_kernel"),
                             occupancy=tiles.get("OCCUPANCY") or None,
                             num_ctas=tiles.get("NUM_CTAS") or None)
-    return lambda: ct.launch(torch.cuda.current_stream(), L.grid, kernel, L.args)
+    def call():
+        ct.launch(torch.cuda.current_stream(), L.grid, kernel, args)
+    call.out = out            # where the call writes (for a bit check)
+    return call
 
 
 def _torch_varlen(q, k, v, cu, Lmax, causal):
@@ -1016,6 +1022,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                         {**cfg, "HEADS": h}) for h in (1, 2, 4)})
             fns["varlen_views"] = _varlen_launch(q, k, v, cu, Lmax, causal,
                                                  {**cfg, "HEADS": 2 if causal else 4}, "views")
+            fns["varlen_hm"] = _varlen_launch(q, k, v, cu, Lmax, causal,
+                                              {**cfg, "HEADS": 1 if causal else 4}, "hm")
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -1037,7 +1045,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
         paired = {}
         if pairs:
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
-                                                   "fmha_bshd", "fmha_per_seq") if n in fns}
+                                                   "varlen_hm", "fmha_bshd", "fmha_per_seq")
+                    if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
             del runs
         # the equal-length batch: varlen and spak.fmha compute the same thing
@@ -1050,6 +1059,13 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             same = float((a == b.reshape(a.shape).float()).float().mean().item())
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
+        for n in ("varlen_hm", "varlen_views"):      # opponents: the same bits as varlen?
+            if n in fns:
+                fns[n]()
+                a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)
+                same = float((fns[n].out == a).float().mean().item())
+                log(f"varlen {name} {dtype} {'causal' if causal else 'noncausal'}: {n} "
+                    f"identical to varlen on {100 * same:.4f}% of elements")
         row = dict(kind="varlen_time", name=name, lens=lens, causal=causal, Hq=Hq, Hkv=Hkv,
                    D=D, dtype=dtype, rounds=rounds, ms=res,
                    ms_rounds={n: [float(x) for x in v] for n, v in ms.items()},
