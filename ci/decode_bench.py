@@ -926,7 +926,9 @@ def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     elif opponent:
         import varlen_bench_kernels
         from spak.gpu.variants import with_hints
-        kernel = with_hints(getattr(varlen_bench_kernels, f"fmha_varlen_{opponent}_kernel"),
+        kernel = with_hints(varlen_bench_kernels.variant_kernel(opponent)
+                            if opponent in varlen_bench_kernels.EDITS else
+                            getattr(varlen_bench_kernels, f"fmha_varlen_{opponent}_kernel"),
                             occupancy=tiles.get("OCCUPANCY") or None,
                             num_ctas=tiles.get("NUM_CTAS") or None)
     def call():
@@ -1022,8 +1024,9 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                         {**cfg, "HEADS": h}) for h in (1, 2, 4)})
             fns["varlen_views"] = _varlen_launch(q, k, v, cu, Lmax, causal,
                                                  {**cfg, "HEADS": 2 if causal else 4}, "views")
-            fns["varlen_hm"] = _varlen_launch(q, k, v, cu, Lmax, causal,
-                                              {**cfg, "HEADS": 1 if causal else 4}, "hm")
+            fns["varlen_seqout"] = _varlen_launch(q, k, v, cu, Lmax, causal,
+                                                  {**cfg, "HEADS": 1 if causal else 4},
+                                                  "seqout")
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -1045,7 +1048,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
         paired = {}
         if pairs:
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
-                                                   "varlen_hm", "fmha_bshd", "fmha_per_seq")
+                                                   "varlen_seqout", "fmha_bshd",
+                                                   "fmha_per_seq")
                     if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
             del runs
@@ -1059,7 +1063,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             same = float((a == b.reshape(a.shape).float()).float().mean().item())
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
-        for n in ("varlen_hm", "varlen_views"):      # opponents: the same bits as varlen?
+        for n in ("varlen_seqout", "varlen_views"):  # opponents: the same bits as varlen?
             if n in fns:
                 fns[n]()
                 a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)

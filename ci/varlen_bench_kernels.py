@@ -63,3 +63,30 @@ def fmha_varlen_nocu_kernel(Q, K, V, Out, CuQ, CuK,
             _fmha_fwd_block(Q, K, V, Out, Q, None, scale, scale_log2_pow2, 0, h,
                             h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
                             False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk)
+
+
+# Text variants of the shipped kernel (gpu/kernels/fused.py with one edit, loaded as a
+# module outside the package), for A/B timings: name -> [(old, new)].
+EDITS = {
+    # every query tile stored through the sequence's own view (one descriptor a block):
+    # no second TMA-store staging buffer (80 instead of 96 KB of shared memory)
+    "seqout": [("    if (bid_m + 1) * TILE_M <= seq_q:\n", "    if False:\n")],
+}
+
+
+def variant_kernel(name):
+    """fmha_varlen_kernel of fused.py with EDITS[name] applied."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "gpu/kernels/fused.py").read_text()
+    src = src.replace("from .common import", "from spak.gpu.kernels.common import")
+    for old, new in EDITS[name]:
+        assert src.count(old) == 1, (name, old)
+        src = src.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / f"varlen_{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"varlen_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.fmha_varlen_kernel
