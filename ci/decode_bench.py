@@ -1024,9 +1024,9 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                         {**cfg, "HEADS": h}) for h in (1, 2, 4)})
             fns["varlen_views"] = _varlen_launch(q, k, v, cu, Lmax, causal,
                                                  {**cfg, "HEADS": 2 if causal else 4}, "views")
-            fns["varlen_seqout"] = _varlen_launch(q, k, v, cu, Lmax, causal,
-                                                  {**cfg, "HEADS": 1 if causal else 4},
-                                                  "seqout")
+            for e in ("seqout", "scatterout"):     # ci/varlen_bench_kernels.py EDITS
+                fns[f"varlen_{e}"] = _varlen_launch(q, k, v, cu, Lmax, causal,
+                                                    {**cfg, "HEADS": 1 if causal else 4}, e)
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -1048,8 +1048,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
         paired = {}
         if pairs:
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
-                                                   "varlen_seqout", "fmha_bshd",
-                                                   "fmha_per_seq")
+                                                   "varlen_seqout", "varlen_scatterout",
+                                                   "fmha_bshd", "fmha_per_seq")
                     if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
             del runs
@@ -1063,7 +1063,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             same = float((a == b.reshape(a.shape).float()).float().mean().item())
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
-        for n in ("varlen_seqout", "varlen_views"):  # opponents: the same bits as varlen?
+        for n in ("varlen_seqout", "varlen_scatterout", "varlen_views"):  # varlen's bits?
             if n in fns:
                 fns[n]()
                 a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)

@@ -71,6 +71,14 @@ EDITS = {
     # every query tile stored through the sequence's own view (one descriptor a block):
     # no second TMA-store staging buffer (80 instead of 96 KB of shared memory)
     "seqout": [("    if (bid_m + 1) * TILE_M <= seq_q:\n", "    if False:\n")],
+    # the ragged last query tile stored by a masked scatter (registers to memory, no view,
+    # no staging buffer); whole tiles through the row view as shipped
+    "scatterout": [("""        ct.store(_sequence_view(Out, q0, seq_q), index=(0, h, bid_m, 0),
+                 tile=out.reshape((1, 1, TILE_M, HEAD_DIM_V)))""",
+                    """        rows = (q0 + bid_m * TILE_M + ct.arange(TILE_M, dtype=ct.int32)
+                ).reshape((TILE_M, 1))
+        cols = ct.arange(HEAD_DIM_V, dtype=ct.int32).reshape((1, HEAD_DIM_V))
+        ct.scatter(Out, (rows, h, cols), out, mask=rows < q0 + seq_q)""")],
 }
 
 
