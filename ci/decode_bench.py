@@ -912,8 +912,8 @@ def varlen_check(spec, emit, log):
 def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     """One varlen call through plan_varlen with `tiles` (knobs spak.fmha_varlen does not
     take), launched on the current stream; opponent: "views" or "nocu", a kernel of
-    ci/varlen_bench_kernels.py in its place, same config; "hm": the shipped kernel given
-    heads-major [1, H, total, D] views of the packed arrays (another TMA box)."""
+    ci/varlen_bench_kernels.py in its place, same config (run 11's heads-major views,
+    "hm", are in git history at 5f99061)."""
     import cuda.tile as ct
     import torch
     from spak.gpu.plan_decode import plan_varlen
@@ -921,9 +921,7 @@ def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     (L,) = plan_varlen(q, k, v, cu, cu, out, max_seqlen_q=Lmax, max_seqlen_k=Lmax,
                        causal=causal, tiles=tiles)
     kernel, args = L.kernel, L.args
-    if opponent == "hm":      # the same kernel on heads-major [1, H, total, D] views
-        args = tuple(x.permute(1, 0, 2).unsqueeze(0) for x in L.args[:4]) + tuple(L.args[4:])
-    elif opponent:
+    if opponent:
         import varlen_bench_kernels
         from spak.gpu.variants import with_hints
         kernel = with_hints(varlen_bench_kernels.variant_kernel(opponent)

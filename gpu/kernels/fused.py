@@ -138,7 +138,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     # Query tile stays in registers for the whole loop. Rows past Sq load as zeros
     # (they are computed harmlessly and dropped by the bounds-checked store).
     if ROWS:      # rows past the sequence are the next one's: their output is never stored
-        q = _row_load(Q, TILE_M, HEAD_DIM, q0 + bid_m * TILE_M, h, 0)
+        q = _row_view(Q, TILE_M, HEAD_DIM).load((q0 + bid_m * TILE_M, h, 0)
+                                                ).reshape((TILE_M, HEAD_DIM))
     else:
         q = ct.load(Q, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM),
                     padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
@@ -292,7 +293,9 @@ def _scores(q, K, Mask, b, kv_h, mask_b, mask_h, bid_m, j, c,
     or raw Q K^T if RAW_MAX (scaled inside the exponent's FFMA, _raw_max_step). ROWS: K is
     packed [total, Hkv, D], tile j at row k0 + j * TILE_N."""
     if ROWS:
-        k_t = ct.transpose(_row_load(K, TILE_N, HEAD_DIM, k0 + j * TILE_N, kv_h, LAT_K))
+        k_t = ct.transpose(_row_view(K, TILE_N, HEAD_DIM).load(
+            (k0 + j * TILE_N, kv_h, 0),
+            latency=LAT_K if LAT_K > 0 else None).reshape((TILE_N, HEAD_DIM)))
     else:
         k_t = ct.load(K, index=(b, kv_h, 0, j), shape=(1, 1, HEAD_DIM, TILE_N),
                       order=(0, 1, 3, 2),                # K^T via the load's axis order
@@ -327,7 +330,9 @@ def _online_softmax_step(s, m_i, l_i, acc, V, b, kv_h, j, multipliers,
     # P V on the tensor cores: P rounded to the input dtype, accumulation stays float32.
     # Keys past Sk load as zero rows of V (and have p == 0), so they add exactly 0.
     if ROWS:                 # packed [total, Hkv, Dv], tile j at row k0 + j * TILE_N
-        v = _row_load(V, TILE_N, HEAD_DIM_V, k0 + j * TILE_N, kv_h, LAT_V)
+        v = _row_view(V, TILE_N, HEAD_DIM_V).load(
+            (k0 + j * TILE_N, kv_h, 0),
+            latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
     else:
         v = ct.load(V, index=(b, kv_h, j, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
                     padding_mode=ct.PaddingMode.ZERO,
@@ -401,8 +406,8 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
     b = ct.bid(2)
     # both runs' offsets before the branch: their loads are issued together
-    q0, lq = _segment(CuQ, b, _total(Q))
-    k0, lk = _segment(CuK, b, _total(K))
+    q0, lq = _segment(CuQ, b, Q.shape[0])
+    k0, lk = _segment(CuK, b, K.shape[0])
     if bid_m * TILE_M < lq:                       # tiles past the sequence: nothing
         for i in range(HEADS):
             h = ct.bid(1) * HEADS + i
@@ -419,31 +424,11 @@ def _segment(Cu, b, total):
     return start, stop - start
 
 
-# The packed arrays come as [total, H, D] or as heads-major [1, H, total, D] views of
-# the same memory (strides permuted by the host): the same rows, another TMA box.
-def _total(X):
-    """Rows of a packed array (either form)."""
-    if X.ndim == 4:
-        return X.shape[2]
-    return X.shape[0]
-
-
 def _row_view(X, ROWS, WIDTH):
-    """X as tiles of ROWS rows of one head, placed at any row (zeros past the array)."""
-    if X.ndim == 4:
-        return X.tiled_view((1, 1, ROWS, WIDTH), traversal_steps=(1, 1, 1, WIDTH),
-                            padding_mode=ct.PaddingMode.ZERO)
+    """Packed [total, H, D] X as tiles of ROWS rows of one head, placed at any row: a load
+    at (r, h, 0) reads rows r .. r + ROWS of head h (zeros past the array)."""
     return X.tiled_view((ROWS, 1, WIDTH), traversal_steps=(1, 1, WIDTH),
                         padding_mode=ct.PaddingMode.ZERO)
-
-
-def _row_load(X, ROWS, WIDTH, r, h, LAT):
-    """Rows r .. r + ROWS of head h, [ROWS, WIDTH] (LAT: the latency hint, 0 none)."""
-    if X.ndim == 4:
-        t = _row_view(X, ROWS, WIDTH).load((0, h, r, 0), latency=LAT if LAT > 0 else None)
-    else:
-        t = _row_view(X, ROWS, WIDTH).load((r, h, 0), latency=LAT if LAT > 0 else None)
-    return t.reshape((ROWS, WIDTH))
 
 
 def _store_rows(Out, out, h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V):
@@ -451,22 +436,16 @@ def _store_rows(Out, out, h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V):
     tile through the launch's descriptor; the ragged last one through a view that ends at
     the sequence, so the rows past it (the next sequence's) are not written."""
     if (bid_m + 1) * TILE_M <= seq_q:
-        if Out.ndim == 4:
-            _row_view(Out, TILE_M, HEAD_DIM_V).store(
-                (0, h, q0 + bid_m * TILE_M, 0), out.reshape((1, 1, TILE_M, HEAD_DIM_V)))
-        else:
-            _row_view(Out, TILE_M, HEAD_DIM_V).store(
-                (q0 + bid_m * TILE_M, h, 0), out.reshape((TILE_M, 1, HEAD_DIM_V)))
+        _row_view(Out, TILE_M, HEAD_DIM_V).store(
+            (q0 + bid_m * TILE_M, h, 0), out.reshape((TILE_M, 1, HEAD_DIM_V)))
     else:
         ct.store(_sequence_view(Out, q0, seq_q), index=(0, h, bid_m, 0),
                  tile=out.reshape((1, 1, TILE_M, HEAD_DIM_V)))
 
 
 def _sequence_view(X, start, length):
-    """Rows [start, start + length) of a packed array as a [1, H, length, D] array: the
-    padded forward's layout over the same memory, no copy."""
-    if X.ndim == 4:
-        return X.slice(2, min(start, X.shape[2] - 1), min(start, X.shape[2] - 1) + length)
+    """Rows [start, start + length) of a packed [total, H, D] array as a [1, H, length, D]
+    array: the padded forward's layout over the same memory, no copy."""
     first = min(start, X.shape[0] - 1)            # an empty run still needs a valid slice
     rows = X.slice(0, first, first + length)
     return ct.Array.from_foreign(rows.foreign_pointer,
