@@ -1022,9 +1022,6 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                         {**cfg, "HEADS": h}) for h in (1, 2, 4)})
             fns["varlen_views"] = _varlen_launch(q, k, v, cu, Lmax, causal,
                                                  {**cfg, "HEADS": 2 if causal else 4}, "views")
-            for e in ("seqout", "scatterout"):     # ci/varlen_bench_kernels.py EDITS
-                fns[f"varlen_{e}"] = _varlen_launch(q, k, v, cu, Lmax, causal,
-                                                    {**cfg, "HEADS": 1 if causal else 4}, e)
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -1036,6 +1033,10 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             fns["fmha_bshd"] = _fmha_strided(q, k, v, B, Lmax, causal)
             if knobs:
                 fns["varlen_nocu"] = _varlen_launch(q, k, v, cu, Lmax, causal, cfg, "nocu")
+                if Lmax % 128 == 0:   # no ragged-tile paths: right on whole tiles only
+                    fns["varlen_notail"] = _varlen_launch(
+                        q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 1 if causal else 4},
+                        "notail")
         names = list(fns)
         ms = shuffled_rounds({n: [f] for n, f in fns.items()}, names, rounds,
                              zlib.crc32(f"{name}{causal}".encode()), "fmha_padded", log,
@@ -1046,8 +1047,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
         paired = {}
         if pairs:
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
-                                                   "varlen_seqout", "varlen_scatterout",
-                                                   "fmha_bshd", "fmha_per_seq")
+                                                   "varlen_notail", "fmha_bshd",
+                                                   "fmha_per_seq")
                     if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
             del runs
@@ -1061,7 +1062,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             same = float((a == b.reshape(a.shape).float()).float().mean().item())
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
-        for n in ("varlen_seqout", "varlen_scatterout", "varlen_views"):  # varlen's bits?
+        for n in ("varlen_notail", "varlen_views"):  # varlen's bits? (notail: equal only)
             if n in fns:
                 fns[n]()
                 a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)
@@ -1074,7 +1075,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                    time_over_padded=paired, tflops={k: flop / v / 1e9 for k, v in res.items()},
                    rel_l2_vs_fmha=check)
         emit(row)
-        log(f"varlen {name:12s} {dtype} {'causal' if causal else 'noncausal':9s} " + "  ".join(
+        mode = "causal" if causal else "noncausal"
+        log(f"varlen {name:12s} {dtype} {Hq}:{Hkv}x{D} {mode:9s} " + "  ".join(
             f"{k} {row['tflops'][k]:6.1f}" for k in res) + " TFLOPS"
             + (f"  rel vs fmha {check:.1e}" if check is not None else "")
             + ("  paired time / fmha_padded: " + "  ".join(f"{k} {v:.3f}" for k, v in
@@ -1126,12 +1128,13 @@ def summary(rows, copy_gbs) -> str:
     vt = [r for r in rows if r["kind"] == "varlen_time"]
     if vt:
         names = list(dict.fromkeys(n for r in vt for n in r["tflops"]))
-        lines += ["", "varlen prefill (Hq 32, Hkv 8, D 128), TFLOPS of useful work (median of "
-                  "the rounds): " + ", ".join(names), "",
-                  "| batch | dtype | causal | " + " | ".join(names)
+        lines += ["", "varlen prefill, TFLOPS of useful work (median of the rounds): "
+                  + ", ".join(names), "",
+                  "| batch | heads | dtype | causal | " + " | ".join(names)
                   + " | varlen / fmha_padded | varlen / fmha_per_seq |",
-                  "|---|---|---|" + "---|" * (len(names) + 2)]
-        lines += [f"| {r['name']} | {r.get('dtype', 'fp16')} | {r['causal']} | " + " | ".join(
+                  "|---|---|---|---|" + "---|" * (len(names) + 2)]
+        lines += [f"| {r['name']} | {r['Hq']}:{r['Hkv']}x{r['D']} | {r.get('dtype', 'fp16')} | "
+                  f"{r['causal']} | " + " | ".join(
             f"{r['tflops'].get(n, float('nan')):.1f}" for n in names) +
             f" | {r['tflops']['varlen'] / r['tflops']['fmha_padded']:.2f}"
             f" | {r['tflops']['varlen'] / r['tflops']['fmha_per_seq']:.2f} |" for r in vt]
@@ -1265,6 +1268,8 @@ def main(argv=None) -> int:
     ap.add_argument("--varlen-pairs", type=int, default=0, metavar="N",
                     help="also time varlen, its opponents and peers against spak.fmha "
                          "padded in N back-to-back pairs (the ratio's median)")
+    ap.add_argument("--varlen-heads", default="32:8:128", metavar="HQ:HKV:D[,...]",
+                    help="varlen timing head counts and head dim (default 32:8:128)")
     ap.add_argument("--varlen-core", action="store_true",
                     help="varlen timings without the HEADS variants and bench opponents")
     ap.add_argument("--forms", action="store_true",
@@ -1289,11 +1294,12 @@ def main(argv=None) -> int:
     checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     checks += [("graph",)] if problems else []
     timings = [("copy",)] + [("time", c) for c in grid]
+    heads = [tuple(int(x) for x in h.split(":")) for h in args.varlen_heads.split(",")]
     timings += [("varlen_time", n, lens, dict(rounds=args.varlen_rounds, dtype=dt,
                                                knobs=not args.varlen_core,
-                                               pairs=args.varlen_pairs))
-                for dt in args.varlen_dtypes.split(",") for n, lens in VARLEN_TIMED
-                ] if args.varlen else []
+                                               pairs=args.varlen_pairs, Hq=hq, Hkv=hkv, D=d))
+                for hq, hkv, d in heads for dt in args.varlen_dtypes.split(",")
+                for n, lens in VARLEN_TIMED] if args.varlen else []
     tasks = timings + checks if args.checks_last else checks + timings
     run_tasks(tasks, emit, log)
     copies = [r["gbs"] for r in rows if r["kind"] == "copy"]

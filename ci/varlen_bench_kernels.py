@@ -71,6 +71,12 @@ EDITS = {
     # every query tile stored through the sequence's own view (one descriptor a block):
     # no second TMA-store staging buffer (80 instead of 96 KB of shared memory)
     "seqout": [("    if (bid_m + 1) * TILE_M <= seq_q:\n", "    if False:\n")],
+    # no ragged-tile paths at all (V of every key tile and Out of every query tile at row
+    # offsets): WRONG where a sequence ends mid-tile (the next sequence's V rows, writes
+    # into the next sequence's rows); prices the paths' presence on whole-tile batches
+    "notail": [("        n_whole = min(seq_k // TILE_N, num_tiles)\n",
+                "        n_whole = num_tiles\n"),
+               ("    if (bid_m + 1) * TILE_M <= seq_q:\n", "    if True:\n")],
     # the ragged last query tile stored by a masked scatter (registers to memory, no view,
     # no staging buffer); whole tiles through the row view as shipped
     "scatterout": [("""        ct.store(_sequence_view(Out, q0, seq_q), index=(0, h, bid_m, 0),
