@@ -913,7 +913,8 @@ def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     """One varlen call through plan_varlen with `tiles` (knobs spak.fmha_varlen does not
     take), launched on the current stream; opponent: "views" or "nocu", a kernel of
     ci/varlen_bench_kernels.py in its place, same config (run 11's heads-major views,
-    "hm", are in git history at 5f99061)."""
+    "hm", are in git history at 5f99061); "ragged": the shipped kernel without its WHOLE
+    form (on a batch of whole tiles)."""
     import cuda.tile as ct
     import torch
     from spak.gpu.plan_decode import plan_varlen
@@ -921,7 +922,9 @@ def _varlen_launch(q, k, v, cu, Lmax, causal, tiles, opponent=None):
     (L,) = plan_varlen(q, k, v, cu, cu, out, max_seqlen_q=Lmax, max_seqlen_k=Lmax,
                        causal=causal, tiles=tiles)
     kernel, args = L.kernel, L.args
-    if opponent:
+    if opponent == "ragged":   # the WHOLE form off: the ragged-tile paths compiled in
+        args = tuple(L.args[:-1]) + (False,)
+    elif opponent:
         import varlen_bench_kernels
         from spak.gpu.variants import with_hints
         kernel = with_hints(varlen_bench_kernels.variant_kernel(opponent)
@@ -1033,10 +1036,10 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             fns["fmha_bshd"] = _fmha_strided(q, k, v, B, Lmax, causal)
             if knobs:
                 fns["varlen_nocu"] = _varlen_launch(q, k, v, cu, Lmax, causal, cfg, "nocu")
-                if Lmax % 128 == 0:   # no ragged-tile paths: right on whole tiles only
-                    fns["varlen_notail"] = _varlen_launch(
+                if Lmax % 128 == 0:   # whole tiles: the varlen call takes the WHOLE form
+                    fns["varlen_ragged"] = _varlen_launch(
                         q, k, v, cu, Lmax, causal, {**cfg, "HEADS": 1 if causal else 4},
-                        "notail")
+                        "ragged")
         names = list(fns)
         ms = shuffled_rounds({n: [f] for n, f in fns.items()}, names, rounds,
                              zlib.crc32(f"{name}{causal}".encode()), "fmha_padded", log,
@@ -1047,7 +1050,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
         paired = {}
         if pairs:
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
-                                                   "varlen_notail", "fmha_bshd",
+                                                   "varlen_ragged", "fmha_bshd",
                                                    "fmha_per_seq")
                     if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
@@ -1062,7 +1065,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             same = float((a == b.reshape(a.shape).float()).float().mean().item())
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
-        for n in ("varlen_notail", "varlen_views"):  # varlen's bits? (notail: equal only)
+        for n in ("varlen_ragged", "varlen_views"):  # the same bits as varlen?
             if n in fns:
                 fns[n]()
                 a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)

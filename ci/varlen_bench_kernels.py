@@ -22,8 +22,9 @@ def fmha_varlen_views_kernel(Q, K, V, Out, CuQ, CuK,
                              TILE_M: ConstInt, TILE_N: ConstInt,
                              CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
                              LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
-                             HEADS: ConstInt = 1):
-    """fmha_varlen_kernel's signature and grid; per-sequence views for every array."""
+                             HEADS: ConstInt = 1, WHOLE: ConstBool = False):
+    """fmha_varlen_kernel's signature and grid; per-sequence views for every array
+    (WHOLE unused: this kernel had no such form)."""
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m
@@ -47,7 +48,7 @@ def fmha_varlen_nocu_kernel(Q, K, V, Out, CuQ, CuK,
                             TILE_M: ConstInt, TILE_N: ConstInt,
                             CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
                             LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
-                            HEADS: ConstInt = 1):
+                            HEADS: ConstInt = 1, WHOLE: ConstBool = False):
     """fmha_varlen_kernel on an equal-length batch with no offset loads (CuQ/CuK unread)."""
     bid_m = ct.bid(0)
     if CAUSAL:
@@ -62,7 +63,8 @@ def fmha_varlen_nocu_kernel(Q, K, V, Out, CuQ, CuK,
             h = ct.bid(1) * HEADS + i
             _fmha_fwd_block(Q, K, V, Out, Q, None, scale, scale_log2_pow2, 0, h,
                             h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
-                            False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk)
+                            False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk,
+                            WHOLE)
 
 
 # Text variants of the shipped kernel (gpu/kernels/fused.py with one edit, loaded as a
@@ -70,13 +72,7 @@ def fmha_varlen_nocu_kernel(Q, K, V, Out, CuQ, CuK,
 EDITS = {
     # every query tile stored through the sequence's own view (one descriptor a block):
     # no second TMA-store staging buffer (80 instead of 96 KB of shared memory)
-    "seqout": [("    if (bid_m + 1) * TILE_M <= seq_q:\n", "    if False:\n")],
-    # no ragged-tile paths at all (V of every key tile and Out of every query tile at row
-    # offsets): WRONG where a sequence ends mid-tile (the next sequence's V rows, writes
-    # into the next sequence's rows); prices the paths' presence on whole-tile batches
-    "notail": [("        n_whole = min(seq_k // TILE_N, num_tiles)\n",
-                "        n_whole = num_tiles\n"),
-               ("    if (bid_m + 1) * TILE_M <= seq_q:\n", "    if True:\n")],
+    "seqout": [("    elif (bid_m + 1) * TILE_M <= seq_q:\n", "    elif False:\n")],
     # the ragged last query tile stored by a masked scatter (registers to memory, no view,
     # no staging buffer); whole tiles through the row view as shipped
     "scatterout": [("""        ct.store(_sequence_view(Out, q0, seq_q), index=(0, h, bid_m, 0),

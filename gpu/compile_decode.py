@@ -76,27 +76,31 @@ def decode_launches(*, dtype: str, head_dim: int, causal: bool, page: int = 0,
 
 
 def varlen_launches(*, dtype: str, head_dim: int, causal: bool, heads=(32, 8), tiles=None,
-                    arch: str = "sm_90"):
-    """The varlen plan's launch on stand-in packed arrays (offsets are run-time)."""
+                    arch: str = "sm_90", whole: bool = False):
+    """The varlen plan's launch on stand-in packed arrays (offsets are run-time); whole:
+    two runs of 256 queries and keys, so the plan takes the kernel's WHOLE form."""
     dt = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
     hq, hkv = heads
-    q, out = _Spec((300, hq, head_dim), dt), _Spec((300, hq, head_dim), dt)
-    k = _Spec((500, hkv, head_dim), dt)
+    tq, tk, mq, mk = (512, 512, 256, 256) if whole else (300, 500, 200, 300)
+    q, out = _Spec((tq, hq, head_dim), dt), _Spec((tq, hq, head_dim), dt)
+    k = _Spec((tk, hkv, head_dim), dt)
     cu = _Spec((3,), "int32")
-    return plan_varlen(q, k, k, cu, cu, out, max_seqlen_q=200, max_seqlen_k=300,
+    return plan_varlen(q, k, k, cu, cu, out, max_seqlen_q=mq, max_seqlen_k=mk,
                        causal=causal, tiles=tiles, arch=arch)
 
 
 def compile_decode_variant(*, arch: str, dtype: str, head_dim: int, causal: bool,
                            page: int = 0, seq_q: int = 1, heads=(32, 8), tiles=None,
-                           hints: Optional[dict] = None, kernel: str = "splitkv") -> dict:
+                           hints: Optional[dict] = None, kernel: str = "splitkv",
+                           whole: bool = False) -> dict:
     """Compile one variant's kernels for `arch`, launching nothing: the split and combine
-    kernels (kernel "splitkv"), or the varlen kernel ("varlen"; page and seq_q unused).
+    kernels (kernel "splitkv"), or the varlen kernel ("varlen"; page and seq_q unused;
+    whole: its WHOLE form).
     Returns dict(ok, seconds, cubin_bytes, error, kernels, tiles) like gpu.compile."""
     def plan():
         if kernel == "varlen":
             return varlen_launches(dtype=dtype, head_dim=head_dim, causal=causal,
-                                   heads=heads, tiles=tiles, arch=arch)
+                                   heads=heads, tiles=tiles, arch=arch, whole=whole)
         return decode_launches(dtype=dtype, head_dim=head_dim, causal=causal, page=page,
                                seq_q=seq_q, heads=heads, tiles=tiles)
 

@@ -41,7 +41,8 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
                    _shapes, _tile_width, _type_name, check_pow2_tiles, merge_tiles,
                    raw_max_args)
 
-__all__ = ["plan_decode", "plan_varlen", "default_decode_tiles", "default_varlen_tiles",
+__all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
+           "default_varlen_tiles",
            "row_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
            "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
            "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
@@ -340,8 +341,10 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], out [total_q, Hq, Dv]
     (fp16/bf16), cu_seqlens_q/k int32 [B+1] (ascending offsets from 0: device data,
     clamped by the kernel, not read here). max_seqlen_q: the longest query run (sizes the
-    grid: a longer one is cut short); max_seqlen_k only validated (FlashAttention's
-    signature). causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq.
+    grid: a longer one is cut short); max_seqlen_k: the longest key run. With the totals
+    they tell whether every run is a whole number of tiles (whole_tiles: the kernel's
+    WHOLE form; a run longer than its max_seqlen then leaves other runs' rows undefined,
+    where otherwise only its own rows past max_seqlen_q go unwritten). causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq.
     tiles: VARLEN_TILE_KEYS, missing keys from default_varlen_tiles (HEADS is rounded
     down to a divisor of Hq: the gcd). Returns [] when nothing is
     computed (no sequence, query or head, or max_seqlen_q == 0); with no key at all
@@ -369,7 +372,7 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     _check_int32_vector("cu_seqlens_k", cu_seqlens_k, cq)
     _check_inputs(named)
     max_q = _check_int("max_seqlen_q", max_seqlen_q, 0, 1 << 31)
-    _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
+    max_k = _check_int("max_seqlen_k", max_seqlen_k, 0, 1 << 31)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
     t = _check_varlen_tiles(tiles, D, arch, causal)
@@ -384,7 +387,18 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     return [_launch(kernel, (-(-max_q // tm), Hq // heads, B),
                     (q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale, c_pow2, _tile_width(D),
                      _tile_width(Dv), tm, tn, causal, raw_max, Hq // Hkv, t["LAT_K"],
-                     t["LAT_V"], heads), "varlen")]
+                     t["LAT_V"], heads, whole_tiles(Tq, Tk, B, max_q, max_k, tm, tn)),
+                    "varlen")]
+
+
+def whole_tiles(total_q: int, total_k: int, B: int, max_q: int, max_k: int, tile_m: int,
+                tile_n: int) -> bool:
+    """Every run a whole number of tiles, known from the shapes alone (the offsets are
+    device data): total = B x max_seqlen makes every run max_seqlen long (none is longer,
+    FlashAttention's promise), and max_seqlen a multiple of the tile. Then the varlen
+    kernel leaves out its ragged-tile paths (fused.fmha_varlen_kernel, WHOLE)."""
+    return (B > 0 and total_q == B * max_q and total_k == B * max_k
+            and max_q % tile_m == 0 and max_k % tile_n == 0)
 
 
 def _check_varlen_tiles(tiles, head_dim, arch, causal) -> dict:

@@ -27,10 +27,11 @@ def test_decode_kernels_compile(arch, page, seq_q, heads, causal, tiles):
     assert all(k["cubin_bytes"] > 0 for k in r["kernels"])
 
 
+@pytest.mark.parametrize("whole", [False, True])
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])
-def test_varlen_kernel_compiles(arch):
+def test_varlen_kernel_compiles(arch, whole):
     from spak.gpu.compile_decode import compile_decode_variant
     r = compile_decode_variant(arch=arch, dtype="bf16", head_dim=128, causal=True,
-                               heads=(32, 8), kernel="varlen")
+                               heads=(32, 8), kernel="varlen", whole=whole)
     assert r["ok"], r["error"]
     assert [k["name"] for k in r["kernels"]] == ["varlen"] and r["cubin_bytes"] > 0

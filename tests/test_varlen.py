@@ -97,6 +97,47 @@ def test_varlen_is_the_padded_forward_per_sequence_bit_for_bit(causal, dtype):
         assert np.array_equal(got, want), f"sequence {b}"
 
 
+def test_whole_tiles_rule():
+    """The varlen kernel's WHOLE form only where the shapes alone prove every run a whole
+    number of tiles: total = B x max_seqlen (q and k), max_seqlen a multiple of the tile."""
+    from spak.gpu.plan_decode import whole_tiles
+    assert whole_tiles(96, 144, 3, 32, 48, 16, 16)
+    assert not whole_tiles(95, 144, 3, 32, 48, 16, 16)       # a shorter query run
+    assert not whole_tiles(96, 144, 3, 32, 48, 16, 32)       # 48 keys: a ragged key tile
+    assert not whole_tiles(99, 144, 3, 33, 48, 16, 16)       # 33 rows: a ragged query tile
+    assert not whole_tiles(0, 0, 0, 0, 0, 16, 16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_whole_tiles_form_is_the_padded_forward_bit_for_bit(causal, monkeypatch):
+    """Equal runs of whole tiles (Sq != Sk, GQA): the plan launches the WHOLE form (no
+    ragged-tile paths) and each sequence's output still equals the padded forward's."""
+    import spak.gpu.plan_decode as pd
+    from spak.cpu.simrun import simulate_fmha
+    seen, real = [], pd.plan_varlen
+
+    def spy(*a, **kw):
+        launches = real(*a, **kw)
+        seen.append(launches[0].args[-1])
+        return launches
+    monkeypatch.setattr(pd, "plan_varlen", spy)
+    lq, lk, tiles = [32, 32, 32], [48, 48, 48], {"TILE_M": 16, "TILE_N": 16}
+    x = _packed(lq, lk, 4, 2, 64, seed=5)
+    out, reports = simulate_varlen(x, causal=causal, tiles=tiles)
+    assert seen == [True] and all(r.clean for r in reports)
+    cq, ck = x["cu_seqlens_q"], x["cu_seqlens_k"]
+    for b in range(len(lq)):
+        q, k, v = (x[n][c[b]:c[b + 1]].transpose(1, 0, 2)[None]
+                   for n, c in (("q", cq), ("k", ck), ("v", ck)))
+        want, _ = simulate_fmha("fused", q, k, v, causal=causal, tiles=tiles)
+        got = out[cq[b]:cq[b + 1]].transpose(1, 0, 2)[None]
+        assert np.isfinite(got).all()
+        assert np.array_equal(got, want), f"sequence {b}"
+    seen.clear()
+    simulate_varlen(x, causal=causal, tiles={"TILE_M": 16, "TILE_N": 32})
+    assert seen == [False]                    # 48 keys are not whole 32-key tiles
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_heads_per_block_change_no_bit(causal):
     """tiles["HEADS"]: a block computes several query heads one after another on the same

@@ -110,9 +110,11 @@ def _head_coords(GROUP):
 # long: one block's whole forward, in reading order
 def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h, bid_m,
                     HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX,
-                    LAT_K, LAT_V, WRITE_LSE, ROWS=False, q0=0, k0=0, lq=0, lk=0):
+                    LAT_K, LAT_V, WRITE_LSE, ROWS=False, q0=0, k0=0, lq=0, lk=0,
+                    WHOLE=False):
     # ROWS (fmha_varlen_kernel): Q, K, V, Out are packed [total, H, D] arrays and this
-    # block's sequence owns query rows [q0, q0 + lq) and key rows [k0, k0 + lk) (b is 0).
+    # block's sequence owns query rows [q0, q0 + lq) and key rows [k0, k0 + lk) (b is 0);
+    # WHOLE: lq and lk are whole numbers of tiles (no ragged-tile paths compiled).
     if ROWS:
         seq_q = lq
         seq_k = lk
@@ -177,6 +179,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
         # NaN is NaN): the ragged last tile (at most one) reads V through a view that ends
         # at the sequence, zeros past it; only the blocks reaching that tile make one.
         n_whole = min(seq_k // TILE_N, num_tiles)
+        if WHOLE:
+            n_whole = num_tiles
         for j in range(mask_from, n_whole):
             m_i, l_i, acc = _boundary_step(
                 q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
@@ -204,7 +208,8 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
     out = ct.truediv(acc, l_safe, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
     out = ct.where(has_keys, out, 0.0)
     if ROWS:
-        _store_rows(Out, out.astype(Out.dtype), h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V)
+        _store_rows(Out, out.astype(Out.dtype), h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V,
+                    WHOLE)
     else:
         out = out.astype(Out.dtype).reshape((1, 1, TILE_M, HEAD_DIM_V))
         ct.store(Out, index=(b, h, bid_m, 0), tile=out)   # rows past Sq are dropped
@@ -387,7 +392,8 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
                        TILE_M: ConstInt, TILE_N: ConstInt,
                        CAUSAL: ConstBool, RAW_MAX: ConstBool, GROUP: ConstInt,
                        LAT_K: ConstInt = 0, LAT_V: ConstInt = 0,
-                       HEADS: ConstInt = 1):      # query heads a block, one after another
+                       HEADS: ConstInt = 1,       # query heads a block, one after another
+                       WHOLE: ConstBool = False):  # every run a whole number of tiles
     """The forward over a packed variable-length batch (FlashAttention's varlen layout):
     Q [total_q, Hq, D], K/V [total_k, Hkv, D/Dv], Out [total_q, Hq, Dv]; sequence b owns
     rows CuQ[b]:CuQ[b+1] of Q and Out and CuK[b]:CuK[b+1] of K and V (int32 [B+1]).
@@ -400,7 +406,11 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
     Rows past a sequence belong to the next one: query rows there are never stored, keys
     there are masked, and the ragged last key tile's V and the ragged last query tile's
     Out go through views that end at the sequence (_sequence_view: a descriptor made in
-    the block, only where such a tile is reached). Causal: bottom-right per sequence."""
+    the block, only where such a tile is reached). Causal: bottom-right per sequence.
+
+    WHOLE (gpu.plan_decode.plan_varlen sets it from the shapes alone: every run max_seqlen
+    long, a multiple of the tiles): those two paths are not compiled. Never taken on such
+    a batch, they still cost 2-5% (results/varlen-h100-2026-11-27 run 14)."""
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
@@ -413,7 +423,8 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
             h = ct.bid(1) * HEADS + i
             _fmha_fwd_block(Q, K, V, Out, Q, None, scale, scale_log2_pow2, 0, h,
                             h // GROUP, bid_m, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL,
-                            False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk)
+                            False, RAW_MAX, LAT_K, LAT_V, False, True, q0, k0, lq, lk,
+                            WHOLE)
 
 
 def _segment(Cu, b, total):
@@ -431,11 +442,14 @@ def _row_view(X, ROWS, WIDTH):
                         padding_mode=ct.PaddingMode.ZERO)
 
 
-def _store_rows(Out, out, h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V):
+def _store_rows(Out, out, h, bid_m, q0, seq_q, TILE_M, HEAD_DIM_V, WHOLE):
     """Query tile bid_m of head h into the packed Out at row q0 + bid_m * TILE_M: a whole
     tile through the launch's descriptor; the ragged last one through a view that ends at
     the sequence, so the rows past it (the next sequence's) are not written."""
-    if (bid_m + 1) * TILE_M <= seq_q:
+    if WHOLE:
+        _row_view(Out, TILE_M, HEAD_DIM_V).store(
+            (q0 + bid_m * TILE_M, h, 0), out.reshape((TILE_M, 1, HEAD_DIM_V)))
+    elif (bid_m + 1) * TILE_M <= seq_q:
         _row_view(Out, TILE_M, HEAD_DIM_V).store(
             (q0 + bid_m * TILE_M, h, 0), out.reshape((TILE_M, 1, HEAD_DIM_V)))
     else:
