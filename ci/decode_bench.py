@@ -605,18 +605,11 @@ FIRST_DISCARD_REPS = 10
 
 
 def _graph_time(fn_list, reps=20):
-    """Median ms per call: the calls captured in one CUDA graph, replayed `reps` times;
-    eager with events if capture fails."""
+    """Median ms per call: the calls captured in one CUDA graph (_graph), replayed `reps`
+    times; eager with events if capture fails."""
     import torch
-    for fn in fn_list:
-        fn()
-    torch.cuda.synchronize()
     try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for fn in fn_list:
-                fn()
-        run, how = g.replay, "graph"
+        run, how = _graph(fn_list), "graph"
     except Exception:  # noqa: BLE001 -- eager fallback, recorded
         torch.cuda.synchronize()
 
@@ -624,8 +617,8 @@ def _graph_time(fn_list, reps=20):
             for fn in fn_list:
                 fn()
         how = "eager"
-    run()
-    torch.cuda.synchronize()
+        run()
+        torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -638,7 +631,8 @@ def _graph_time(fn_list, reps=20):
 
 
 def _graph(fn_list):
-    """The calls captured in one CUDA graph (after one eager call): its replay."""
+    """The calls captured in one CUDA graph (after one eager call), replayed once: its
+    replay."""
     import torch
     for fn in fn_list:
         fn()
@@ -1065,10 +1059,10 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             same = float((a == b.reshape(a.shape).float()).float().mean().item())
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
+        a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)
         for n in ("varlen_ragged", "varlen_views"):  # the same bits as varlen?
             if n in fns:
                 fns[n]()
-                a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)
                 same = float((fns[n].out == a).float().mean().item())
                 log(f"varlen {name} {dtype} {'causal' if causal else 'noncausal'}: {n} "
                     f"identical to varlen on {100 * same:.4f}% of elements")

@@ -85,17 +85,15 @@ EDITS = {
 
 
 def variant_kernel(name):
-    """fmha_varlen_kernel of fused.py with EDITS[name] applied."""
+    """fmha_varlen_kernel of fused.py with EDITS[name] applied (ci/fwd_variants.py's text
+    edits and absolute import), loaded from a temporary file."""
     import importlib.util
     import tempfile
     from pathlib import Path
-    src = (Path(__file__).resolve().parents[1] / "gpu/kernels/fused.py").read_text()
-    src = src.replace("from .common import", "from spak.gpu.kernels.common import")
-    for old, new in EDITS[name]:
-        assert src.count(old) == 1, (name, old)
-        src = src.replace(old, new)
+    from fwd_variants import FUSED, IMPORT, apply
     path = Path(tempfile.mkdtemp()) / f"varlen_{name}.py"
-    path.write_text(src)
+    path.write_text(apply(apply(FUSED.read_text(), [IMPORT]), EDITS[name],
+                          "varlen_bench_kernels"))
     spec = importlib.util.spec_from_file_location(f"varlen_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -55,6 +55,21 @@ class _ArraySpec:
 ASSUMES = ("launch", "none")
 
 
+def launch_divisibility(shape, dtype: str) -> dict:
+    """The divisibility facts ct.launch declares for a contiguous, 16-byte-aligned tensor
+    of ``shape`` (dtype name): outer strides 16-byte divisible and the last extent
+    divisible by 16, each where the row allows. Without the stride fact tileiras cannot
+    use TMA (gpu.compile_decode's stand-ins once compiled a non-TMA varlen kernel)."""
+    ndim, row = len(shape), shape[-1]
+    elem = 4 if dtype in ("float32", "int32") else 2
+    out = {}
+    if ndim > 1 and row * elem % 16 == 0:
+        out["stride_divisible_by"] = (16 // elem,) * (ndim - 1) + (1,)
+    if row % 16 == 0:
+        out["shape_divisible_by"] = (1,) * (ndim - 1) + (16,)
+    return out
+
+
 def _array_constraint(spec: _ArraySpec, index_dtype, assume: str) -> ArrayConstraint:
     """Constraint for one array argument.
 
@@ -71,13 +86,9 @@ def _array_constraint(spec: _ArraySpec, index_dtype, assume: str) -> ArrayConstr
     ndim = len(spec.shape)
     extra = {}
     if assume == "launch":
-        elem_bytes = 4 if spec.dtype == "float32" else 2
         extra = dict(stride_constant=(None,) * (ndim - 1) + (1,), base_addr_divisible_by=16)
-        row = spec.shape[-1]
-        if spec.role == "head" and row * elem_bytes % 16 == 0:
-            extra["stride_divisible_by"] = (16 // elem_bytes,) * (ndim - 1) + (1,)
-        if spec.role == "head" and row % 16 == 0:
-            extra["shape_divisible_by"] = (1,) * (ndim - 1) + (16,)
+        if spec.role == "head":
+            extra.update(launch_divisibility(spec.shape, spec.dtype))
     elif assume != "none":
         raise ValueError(f"assume must be one of {ASSUMES}, got {assume!r}")
     return ArrayConstraint(dtype, ndim, index_dtype=index_dtype, stride_lower_bound_incl=0,

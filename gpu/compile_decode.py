@@ -12,7 +12,7 @@ import cuda.tile as ct
 from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
                                    ScalarConstraint, export_kernel)
 
-from .compile import compile_launches
+from .compile import compile_launches, launch_divisibility
 from .plan_decode import plan_decode, plan_varlen
 from .variants import check_hints, with_hints
 
@@ -31,21 +31,14 @@ class _Spec:
 
 
 def _constraint(spec: _Spec) -> ArrayConstraint:
-    """What ct.launch specialises to for contiguous, 16-byte-aligned tensors (as
-    gpu.compile's "launch" assumption): outer strides 16-byte divisible and the last extent
-    divisible by 16 where the row allows. Without the stride fact the compiler cannot use
-    TMA and the varlen kernel compiled to 128 threads with spills, not what a GPU runs."""
+    """What ct.launch specialises to for contiguous, 16-byte-aligned tensors (with
+    gpu.compile.launch_divisibility's facts)."""
     nd = len(spec.shape)
-    elem = 4 if spec.dtype in ("float32", "int32") else 2
-    extra = {}
-    if nd > 1 and spec.shape[-1] * elem % 16 == 0:
-        extra["stride_divisible_by"] = (16 // elem,) * (nd - 1) + (1,)
-    if spec.shape[-1] % 16 == 0:
-        extra["shape_divisible_by"] = (1,) * (nd - 1) + (16,)
     return ArrayConstraint(_DTYPES[spec.dtype], nd, index_dtype=ct.int32,
                            stride_lower_bound_incl=0, alias_groups=(),
                            may_alias_internally=False, stride_constant=(None,) * (nd - 1) + (1,),
-                           base_addr_divisible_by=16, **extra)
+                           base_addr_divisible_by=16,
+                           **launch_divisibility(spec.shape, spec.dtype))
 
 
 def _signature(kernel, args) -> KernelSignature:

@@ -344,7 +344,8 @@ def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
     grid: a longer one is cut short); max_seqlen_k: the longest key run. With the totals
     they tell whether every run is a whole number of tiles (whole_tiles: the kernel's
     WHOLE form; a run longer than its max_seqlen then leaves other runs' rows undefined,
-    where otherwise only its own rows past max_seqlen_q go unwritten). causal: bottom-right per sequence, query i sees keys j <= i + Lk - Lq.
+    where otherwise only its own rows past max_seqlen_q go unwritten). causal:
+    bottom-right per sequence, query i sees keys j <= i + Lk - Lq.
     tiles: VARLEN_TILE_KEYS, missing keys from default_varlen_tiles (HEADS is rounded
     down to a divisor of Hq: the gcd). Returns [] when nothing is
     computed (no sequence, query or head, or max_seqlen_q == 0); with no key at all
