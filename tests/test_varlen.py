@@ -277,6 +277,22 @@ def test_fmha_varlen_end_to_end_on_the_simulator(cpu_launch):
     assert rel_l2(out.numpy(), ref) <= 1e-3
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_fmha_varlen_whole_tiles_end_to_end_on_the_simulator(cpu_launch, causal):
+    """spak.fmha_varlen on equal runs of whole tiles (its WHOLE form), twice: float64 gate,
+    and the second call (the op's cached launch templates) gives the same bits."""
+    import spak
+    x = _packed([32, 32, 32], [48, 48, 48], 4, 2, 32, seed=9)
+    t = {k: torch.from_numpy(v) for k, v in x.items()}
+    args = (t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"], 32, 48)
+    out = spak.fmha_varlen(*args, is_causal=causal, tiles=T16)
+    again = spak.fmha_varlen(*args, is_causal=causal, tiles=T16)
+    ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
+                               causal=causal)
+    assert torch.isfinite(out).all() and rel_l2(out.numpy(), ref) <= 1e-3
+    assert torch.equal(out, again)
+
+
 def test_fmha_kvcache_end_to_end_on_the_simulator(cpu_launch):
     """The API's launch templates, workspaces and the combine's view of them (several
     splits), paged: the path a GPU call takes, run on the CPU."""
