@@ -971,7 +971,7 @@ def _fmha_strided(q, k, v, B, L, causal):
 
 
 def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp16",
-                knobs=True, pairs=0):
+                knobs=True, pairs=0, configs=()):
     """spak.fmha_varlen on a packed prefill batch (queries = keys per sequence) against
     spak.fmha on the batch padded to the longest sequence, spak.fmha once per sequence,
     and SDPA (cuDNN, flash) padded. TFLOPS count the useful work: 4 Hq L^2 D per
@@ -979,7 +979,10 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
     a different function past each sequence's end): the peers there bound what padding
     costs; with equal lengths the padded batch is the same problem. knobs: also the HEADS
     variants and the opponents of ci/varlen_bench_kernels.py. pairs: also paired_ratios
-    (time / spak.fmha padded's time, median over pairs timed back to back)."""
+    (time / spak.fmha padded's time, median over pairs timed back to back). configs:
+    dicts of plan_varlen tiles over spak.fmha_varlen's config, each timed as `cfg_...`
+    (in the pairs too) and its bits compared with varlen's (equal where TILE_N is: a
+    row's result does not depend on how rows are tiled)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -1019,6 +1022,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                         {**cfg, "HEADS": h}) for h in (1, 2, 4)})
             fns["varlen_views"] = _varlen_launch(q, k, v, cu, Lmax, causal,
                                                  {**cfg, "HEADS": 2 if causal else 4}, "views")
+        for over in configs:
+            fns[config_name(over)] = _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, **over})
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -1046,7 +1051,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
                                                    "varlen_ragged", "fmha_bshd",
                                                    "fmha_per_seq")
-                    if n in fns}
+                    + tuple(map(config_name, configs)) if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
             del runs
         # the equal-length batch: varlen and spak.fmha compute the same thing
@@ -1060,7 +1065,7 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
         a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)
-        for n in ("varlen_ragged", "varlen_views"):  # the same bits as varlen?
+        for n in ("varlen_ragged", "varlen_views") + tuple(map(config_name, configs)):
             if n in fns:
                 fns[n]()
                 same = float((fns[n].out == a).float().mean().item())
@@ -1080,6 +1085,56 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                           paired.items()) if paired else ""))
         del q, k, v, qp, kp, vp, seqs
         torch.cuda.empty_cache()
+
+
+def config_name(over: dict) -> str:
+    """The row name of a --varlen-configs entry: cfg_TILE_M128_NUM_CTAS2."""
+    return "cfg_" + "_".join(f"{k}{v}" for k, v in over.items())
+
+
+def parse_configs(text: str) -> list:
+    """--varlen-configs: 'TILE_M=128,NUM_CTAS=2;OCCUPANCY=1' -> [{...}, {...}]."""
+    out = []
+    for part in filter(None, text.split(";")):
+        over = {}
+        for kv in part.split(","):
+            k, _, v = kv.partition("=")
+            if not v:
+                raise SystemExit(f"--varlen-configs: expected KEY=VALUE, got {kv!r}")
+            over[k.strip()] = int(v)
+        out.append(over)
+    return out
+
+
+def varlen_graph_and_compile(emit, log):
+    """spak.fmha_varlen under CUDA-graph capture (replayed with new values and new run
+    lengths of the same totals) and torch.compile, against eager calls."""
+    import torch
+    import spak
+    dev = torch.device("cuda")
+    Hq, Hkv, D, T = 32, 8, 128, 3000
+    q = torch.randn(T, Hq, D, device=dev, dtype=torch.float16)
+    k = torch.randn(T, Hkv, D, device=dev, dtype=torch.float16)
+    v = torch.randn_like(k)
+    cu = torch.tensor([0, 1000, 1001, 2500, 3000], device=dev, dtype=torch.int32)
+    f = lambda: spak.fmha_varlen(q, k, v, cu, cu, 1500, 1500, is_causal=True)  # noqa: E731
+    f()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = f()
+    q.copy_(torch.randn_like(q))
+    cu.copy_(torch.tensor([0, 1500, 1500, 2999, 3000], device=dev, dtype=torch.int32))
+    g.replay()
+    eager = f()
+    ok_graph = bool(torch.equal(out, eager))
+    comp = torch.compile(lambda *a: spak.fmha_varlen(*a, 1500, 1500, is_causal=True),
+                         backend="aot_eager")
+    ok_compile = bool(torch.equal(comp(q, k, v, cu, cu), eager))
+    emit(dict(kind="varlen_graph_compile", graph_replay_equal=ok_graph,
+              compile_equal=ok_compile, nonfinite=int((~torch.isfinite(eager)).sum())))
+    log(f"varlen: CUDA graph replay == eager: {ok_graph}; torch.compile == eager: "
+        f"{ok_compile}")
 
 
 # ------------------------------------------------------------------------------ summary
@@ -1160,6 +1215,8 @@ def _task(task):
                    task[2] if len(task) > 2 else None)
     elif kind == "varlen_check":
         varlen_check(task[1], rows.append, logs.append)
+    elif kind == "varlen_graph":
+        varlen_graph_and_compile(rows.append, logs.append)
     elif kind == "varlen_time":
         varlen_time(task[1], task[2], rows.append, logs.append, **task[3])
     elif kind == "graph":
@@ -1269,6 +1326,12 @@ def main(argv=None) -> int:
                     help="varlen timing head counts and head dim (default 32:8:128)")
     ap.add_argument("--varlen-core", action="store_true",
                     help="varlen timings without the HEADS variants and bench opponents")
+    ap.add_argument("--varlen-batches", default="", metavar="NAME[,...]",
+                    help="varlen batches to time (default all: "
+                         + ",".join(n for n, _ in VARLEN_TIMED) + ")")
+    ap.add_argument("--varlen-configs", default="", metavar="K=V[,K=V][;...]",
+                    help="varlen configs over spak.fmha_varlen's, each timed beside it "
+                         "(e.g. 'TILE_M=128,NUM_CTAS=2;OCCUPANCY=1')")
     ap.add_argument("--forms", action="store_true",
                     help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
                          "with every KT_FORM too (FORM_KNOBS)")
@@ -1290,13 +1353,17 @@ def main(argv=None) -> int:
     checks += [("check", c, t) for c, t in extra_checks] if problems else []
     checks += [("varlen_check", v) for v in VARLEN_CHECKS] if args.varlen and problems else []
     checks += [("graph",)] if problems else []
+    checks += [("varlen_graph",)] if args.varlen and problems else []
     timings = [("copy",)] + [("time", c) for c in grid]
     heads = [tuple(int(x) for x in h.split(":")) for h in args.varlen_heads.split(",")]
     timings += [("varlen_time", n, lens, dict(rounds=args.varlen_rounds, dtype=dt,
                                                knobs=not args.varlen_core,
-                                               pairs=args.varlen_pairs, Hq=hq, Hkv=hkv, D=d))
+                                               pairs=args.varlen_pairs, Hq=hq, Hkv=hkv, D=d,
+                                               configs=parse_configs(args.varlen_configs)))
                 for hq, hkv, d in heads for dt in args.varlen_dtypes.split(",")
-                for n, lens in VARLEN_TIMED] if args.varlen else []
+                for n, lens in VARLEN_TIMED
+                if not args.varlen_batches or n in args.varlen_batches.split(",")] \
+        if args.varlen else []
     tasks = timings + checks if args.checks_last else checks + timings
     run_tasks(tasks, emit, log)
     copies = [r["gbs"] for r in rows if r["kind"] == "copy"]
