@@ -342,7 +342,9 @@ VARLEN_TIMED = [("equal8x2048", [2048] * 8),
                 ("equal2x8192", [8192] * 2),
                 ("equal32x512", [512] * 32),
                 ("equal16x1000", [1000] * 16),
-                ("ragged8", [4096, 3000, 2048, 1500, 1024, 700, 300, 100])]
+                ("ragged8", [4096, 3000, 2048, 1500, 1024, 700, 300, 100]),
+                # 32 runs of 100..1000 keys (seeded): many ragged ends, short blocks
+                ("ragged32", [int(x) for x in np.random.default_rng(32).integers(100, 1001, 32)])]
 #: varlen checks: (query runs, key runs, Hq, Hkv, D, causal)
 VARLEN_CHECKS = [([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, True),
                  ([5, 0, 1, 33, 200], [7, 3, 0, 40, 260], 32, 8, 128, False),
@@ -971,7 +973,7 @@ def _fmha_strided(q, k, v, B, L, causal):
 
 
 def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp16",
-                knobs=True, pairs=0, configs=()):
+                knobs=True, pairs=0, configs=(), edits=()):
     """spak.fmha_varlen on a packed prefill batch (queries = keys per sequence) against
     spak.fmha on the batch padded to the longest sequence, spak.fmha once per sequence,
     and SDPA (cuDNN, flash) padded. TFLOPS count the useful work: 4 Hq L^2 D per
@@ -982,7 +984,9 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
     (time / spak.fmha padded's time, median over pairs timed back to back). configs:
     dicts of plan_varlen tiles over spak.fmha_varlen's config, each timed as `cfg_...`
     (in the pairs too) and its bits compared with varlen's (equal where TILE_N is: a
-    row's result does not depend on how rows are tiled)."""
+    row's result does not depend on how rows are tiled). edits: names of
+    ci/varlen_bench_kernels.py's EDITS, each timed as `varlen_<name>` at varlen's config
+    (in the pairs too), its bits compared with varlen's."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -1024,6 +1028,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
                                                  {**cfg, "HEADS": 2 if causal else 4}, "views")
         for over in configs:
             fns[config_name(over)] = _varlen_launch(q, k, v, cu, Lmax, causal, {**cfg, **over})
+        for e in edits:
+            fns[f"varlen_{e}"] = _varlen_launch(q, k, v, cu, Lmax, causal, cfg, e)
         for nm, be in (("sdpa-cudnn_padded", SDPBackend.CUDNN_ATTENTION),
                        ("sdpa-flash_padded", SDPBackend.FLASH_ATTENTION)):
             def sd(be=be):
@@ -1051,7 +1057,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             runs = {n: _graph([fns[n]]) for n in ("fmha_padded", "varlen", "varlen_views",
                                                    "varlen_ragged", "fmha_bshd",
                                                    "fmha_per_seq")
-                    + tuple(map(config_name, configs)) if n in fns}
+                    + tuple(map(config_name, configs)) + tuple(f"varlen_{e}" for e in edits)
+                    if n in fns}
             paired = paired_ratios(runs, "fmha_padded", pairs)
             del runs
         # the equal-length batch: varlen and spak.fmha compute the same thing
@@ -1065,7 +1072,8 @@ def varlen_time(name, lens, emit, log, Hq=32, Hkv=8, D=128, rounds=5, dtype="fp1
             log(f"varlen {name} {'causal' if causal else 'noncausal'}: identical to "
                 f"spak.fmha on {100 * same:.4f}% of elements")
         a = spak.fmha_varlen(q, k, v, cu, cu, Lmax, Lmax, is_causal=causal)
-        for n in ("varlen_ragged", "varlen_views") + tuple(map(config_name, configs)):
+        for n in (("varlen_ragged", "varlen_views") + tuple(map(config_name, configs))
+                  + tuple(f"varlen_{e}" for e in edits)):
             if n in fns:
                 fns[n]()
                 same = float((fns[n].out == a).float().mean().item())
@@ -1332,6 +1340,8 @@ def main(argv=None) -> int:
     ap.add_argument("--varlen-configs", default="", metavar="K=V[,K=V][;...]",
                     help="varlen configs over spak.fmha_varlen's, each timed beside it "
                          "(e.g. 'TILE_M=128,NUM_CTAS=2;OCCUPANCY=1')")
+    ap.add_argument("--varlen-edits", default="", metavar="NAME[,...]",
+                    help="ci/varlen_bench_kernels.py EDITS to time beside varlen")
     ap.add_argument("--forms", action="store_true",
                     help="--grid goal: time the MQA shapes (and GQA with 16-key pages) "
                          "with every KT_FORM too (FORM_KNOBS)")
@@ -1359,7 +1369,9 @@ def main(argv=None) -> int:
     timings += [("varlen_time", n, lens, dict(rounds=args.varlen_rounds, dtype=dt,
                                                knobs=not args.varlen_core,
                                                pairs=args.varlen_pairs, Hq=hq, Hkv=hkv, D=d,
-                                               configs=parse_configs(args.varlen_configs)))
+                                               configs=parse_configs(args.varlen_configs),
+                                               edits=[e for e in args.varlen_edits.split(",")
+                                                      if e]))
                 for hq, hkv, d in heads for dt in args.varlen_dtypes.split(",")
                 for n, lens in VARLEN_TIMED
                 if not args.varlen_batches or n in args.varlen_batches.split(",")] \

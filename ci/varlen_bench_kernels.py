@@ -81,6 +81,31 @@ EDITS = {
                 ).reshape((TILE_M, 1))
         cols = ct.arange(HEAD_DIM_V, dtype=ct.int32).reshape((1, HEAD_DIM_V))
         ct.scatter(Out, (rows, h, cols), out, mask=rows < q0 + seq_q)""")],
+    # the ragged last key tile's V read at row offsets like every other tile, its rows
+    # past the sequence (the next one's, maybe inf/NaN) zeroed in registers: no view, no
+    # descriptor made in the block
+    "vwhere": [
+        ("TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, ROWS=False, k0=0):",
+         "TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, ROWS=False, k0=0, vlen=-1):"),
+        ("""            latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
+    else:""",
+         """            latency=LAT_V if LAT_V > 0 else None).reshape((TILE_N, HEAD_DIM_V))
+        if vlen >= 0:
+            rows = (j * TILE_N + ct.arange(TILE_N, dtype=ct.int32)).reshape((TILE_N, 1))
+            v = ct.where(rows < vlen, v, 0.0)
+    else:"""),
+        ("""                   TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, in_dtype, K_ROWS, k0,
+                   V_ROWS):""",
+         """                   TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, in_dtype, K_ROWS, k0,
+                   V_ROWS, vlen=-1):"""),
+        ("TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, V_ROWS, k0)",
+         "TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, V_ROWS, k0, vlen)"),
+        ("q, K, _sequence_view(V, k0, seq_k), Mask,", "q, K, V, Mask,"),
+        ("""                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype,
+                True, k0, False)""",
+         """                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype,
+                True, k0, True, seq_k)"""),
+    ],
 }
 
 
