@@ -12,6 +12,10 @@ timing (the first-timing penalty of results/decode-h100-2026-11-24d run 3):
   layout      the default kernels reading TileGym's cache layout [B, Hkv, L, D] (a strided
               [B, L, Hkv, D] view of it; for MQA the same memory: a control)
   split, combine   the default plan's two launches timed alone (its workspaces reused)
+  full        the default plan with a split kernel that takes every sequence's length to be
+              the cache's capacity (no Lens load: the key range of a split is known from
+              the shapes alone, as in TileGym's kernel, which has no per-sequence lengths);
+              the bench's sequences are full, so its bits equal the default's
   tilegym     TileGym's decode on [B, Hkv, L, D]; tg-reduce its reduce kernel alone
   sdpa-cudnn, sdpa-flash, copy-same (a device copy moving the case's bytes)
 GB/s = (K + V + Q + O bytes) / time. Checks: every tiles variant against float64 and the
@@ -73,6 +77,10 @@ def providers(c, dev):
         launch_templates(dev, [templates[i] for i in which], work, tens)
     P["layout"] = [lambda x=x: launch(x, range(len(templates)), x["kl"], x["vl"]) for x in lay]
     P["split"] = [lambda x=x: launch(x, [0]) for x in copies]
+    full = [(full_split_kernel(),) + tuple(templates[0][1:])] + list(templates[1:])
+    P["full"] = [lambda x=x: launch_templates(
+        dev, full, work, {"q": x["q"], "k": x["k"], "v": x["v"], "lens": lens, "out": out,
+                          "bt": None}) for x in copies]
     if len(templates) > 1:
         P["combine"] = [lambda x=x: launch(x, [1]) for x in copies]
         # the combine with TileGym's reduce's occupancy hint (a scheduling hint: the same
@@ -117,6 +125,29 @@ def providers(c, dev):
     return P, copies, lay, lens, (templates, work, out, launch), len(templates)
 
 
+def full_split_kernel():
+    """decode_split_kernel with _seq_len returning the capacity (a text edit of
+    gpu/kernels/decode.py, loaded from a temporary file): no dependent Lens load."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+    text = (Path(ROOT) / "gpu" / "kernels" / "decode.py").read_text()
+    edits = [("from .common import", "from spak.gpu.kernels.common import"),
+             ("    L = ct.load(Lens, index=(b,), shape=())\n    return min(max(L, 0), cap)",
+              "    return cap")]
+    for old, new in edits:
+        if text.count(old) != 1:
+            raise SystemExit(f"decode_gap_bench: edit target found {text.count(old)} times: "
+                             f"{old!r}")
+        text = text.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / "decode_full.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("decode_full", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.decode_split_kernel
+
+
 def agree(c, P, copies, lay, lens, lau, emit, log):
     """Every variant's output on the timed shape against the default's (bits) and SDPA's."""
     import torch
@@ -135,6 +166,11 @@ def agree(c, P, copies, lay, lens, lau, emit, log):
     makers = {n: (lambda t=t: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens, tiles=t))
               for n, t in VARIANTS.items()}
     makers["layout"] = layout
+
+    def full():
+        P["full"][0]()
+        return out.clone()
+    makers["full"] = full
     if "cmb-o4" in P:
         def cmb_o4():
             P["cmb-o4"][0]()
@@ -226,7 +262,7 @@ def summary(rows) -> str:
     return "\n".join(lines)
 
 
-NAMES = ["spak", "kt1", "kt2", "occ2", "layout", "split", "combine", "cmb-o4", "cmb-dv32",
+NAMES = ["spak", "full", "kt1", "kt2", "occ2", "layout", "split", "combine", "cmb-o4", "cmb-dv32",
          "cmb-dv64", "tilegym",
          "tg-reduce", "sdpa-cudnn", "sdpa-flash", "copy-same"]
 #: --copies: rotated input copies per shape (0: enough to pass 256 MB, at most 8)
@@ -235,6 +271,7 @@ ONLY: list = []
 
 
 def main() -> int:
+    global COPIES, ONLY, SHAPES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=4)
@@ -243,11 +280,15 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=0,
                     help="rotated input copies a shape (0: enough to pass 256 MB, <= 8); "
                          "more copies spread each graph replay's fixed cost thinner")
+    ap.add_argument("--shapes", default="", metavar="B:HKV:SK[,...]",
+                    help="shapes to time (Hq 32, Sq 1; default: "
+                         + ",".join(f"{b}:{h}:{k}" for b, h, k in SHAPES) + ")")
     ap.add_argument("--only", default="",
                     help="comma-separated providers to time (default: all)")
     a = ap.parse_args()
-    global COPIES, ONLY
     COPIES = a.copies
+    if a.shapes:
+        SHAPES = [tuple(int(x) for x in s.split(":")) for s in a.shapes.split(",")]
     ONLY = [n for n in a.only.split(",") if n]
     import torch
     from decode_bench import open_rows, time_shapes, write_summary
