@@ -1,0 +1,77 @@
+"""spak.fmha at head dim 64 on lengths off the tile grid (issue 18's varlen runs saw the
+padded forward at D 64, 16 x 1000 non-causal, read 247 TFLOPS where the varlen kernel with
+the same tiles read 377: results/varlen-h100-2026-11-27 run 14). On a GPU, in one go:
+
+    python ci/fmha_d64_probe.py [--pairs 30]
+
+Per batch (Hq 32, Hkv 8, D 64, fp16, non-causal): spak.fmha at its config (the tuned
+store's) against the same call with other scheduling hints / tiles (`tiles=`), and
+spak.fmha_varlen on the same rows packed; each as the median time ratio over pairs timed
+back to back (ci/decode_bench.paired_ratios). Prints one line per batch; every variant's
+output is compared with the default's (bits: hints and TILE_M do not change a row).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+BATCHES = [(16, 1000), (16, 1024), (8, 2048), (16, 960)]
+VARIANTS = {"o2": {"occupancy": 2}, "o4": {"occupancy": 4}, "m64o2": {"TILE_M": 64,
+                                                                    "occupancy": 2}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=30)
+    a = ap.parse_args()
+    import torch
+    import spak
+    from spak.api import resolve_tiles
+    from decode_bench import _graph, paired_ratios
+    dev = torch.device("cuda")
+    print(torch.cuda.get_device_name(dev))
+    for B, L in BATCHES:
+        q = torch.randn(B, 32, L, 64, device=dev, dtype=torch.float16)
+        k = torch.randn(B, 8, L, 64, device=dev, dtype=torch.float16)
+        v = torch.randn_like(k)
+        base = resolve_tiles("fused", q.dtype, 64, False, L, dev, rows=B * 32 * L)
+        fns = {"default": lambda: spak.fmha(q, k, v, enable_gqa=True)}
+        for n, t in VARIANTS.items():
+            tiles = {**{x: base[x] for x in ("TILE_M", "TILE_N")}, **t}
+            fns[n] = lambda tiles=tiles: spak.fmha(q, k, v, enable_gqa=True, tiles=tiles)
+        qp, kp, vp = (x.transpose(1, 2).reshape(B * L, x.shape[1], 64).contiguous()
+                      for x in (q, k, v))
+        cu = torch.arange(0, B * L + 1, L, device=dev, dtype=torch.int32)
+        fns["varlen"] = lambda: spak.fmha_varlen(qp, kp, vp, cu, cu, L, L)
+        ref = fns["default"]()
+        same = {}
+        for n, f in fns.items():
+            o = f()
+            if n == "varlen":
+                o = o.view(B, L, 32, 64).transpose(1, 2)
+            same[n] = float((o == ref).float().mean().item())
+        runs = {n: _graph([f]) for n, f in fns.items()}
+        ratios = paired_ratios(runs, "default", a.pairs)
+        ms = []
+        for _ in range(5):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            runs["default"]()
+            e1.record()
+            e1.synchronize()
+            ms.append(e0.elapsed_time(e1))
+        tf = 4.0 * B * 32 * L * L * 64 / (sorted(ms)[2] * 1e9)
+        print(f"{B}x{L} D64 nc: config {base}; default {tf:.0f} TFLOPS; time / default: "
+              + "  ".join(f"{n} {r:.3f}" for n, r in ratios.items())
+              + "; identical to default: " + "  ".join(f"{n} {s:.4%}" for n, s in same.items()))
+        del runs, q, k, v, qp, kp, vp
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
