@@ -20,8 +20,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BATCHES = [(16, 1000), (16, 1024), (8, 2048), (16, 960)]
-VARIANTS = {"o2": {"occupancy": 2}, "o4": {"occupancy": 4}, "m64o2": {"TILE_M": 64,
-                                                                    "occupancy": 2}}
+#: name -> (tiles over the config's, occupancy hint); "same" relaunches the config itself
+VARIANTS = {"same": ({}, None), "o2": ({}, 2), "o4": ({}, 4), "m64o2": ({"TILE_M": 64}, 2)}
+
+
+def _launch(q, k, v, tiles, occupancy):
+    """spak.fmha's kernel planned with `tiles` (gpu.plan.plan_fmha) and an occupancy hint,
+    launched on the current stream (spak.fmha takes tiles, not hints)."""
+    import cuda.tile as ct
+    import torch
+    from spak.gpu.plan import plan_fmha
+    from spak.gpu.variants import with_hints
+    out = torch.empty_like(q)
+    (L,) = plan_fmha("fused", q, k, v, out, causal=False, tiles=tiles,
+                     alloc=lambda shape, kind: torch.zeros(shape, device=q.device))
+    kernel = with_hints(L.kernel, occupancy=occupancy or None)
+
+    def call():
+        ct.launch(torch.cuda.current_stream(), L.grid, kernel, L.args)
+        return out
+    return call
 
 
 def main() -> int:
@@ -40,9 +58,9 @@ def main() -> int:
         v = torch.randn_like(k)
         base = resolve_tiles("fused", q.dtype, 64, False, L, dev, rows=B * 32 * L)
         fns = {"default": lambda: spak.fmha(q, k, v, enable_gqa=True)}
-        for n, t in VARIANTS.items():
-            tiles = {**{x: base[x] for x in ("TILE_M", "TILE_N")}, **t}
-            fns[n] = lambda tiles=tiles: spak.fmha(q, k, v, enable_gqa=True, tiles=tiles)
+        for n, (t, occ) in VARIANTS.items():
+            tiles = {**{x: base[x] for x in ("TILE_M", "TILE_N", "LAT_K", "LAT_V") if x in base}, **t}
+            fns[n] = _launch(q, k, v, tiles, base.get("occupancy") if n == "same" else occ)
         qp, kp, vp = (x.transpose(1, 2).reshape(B * L, x.shape[1], 64).contiguous()
                       for x in (q, k, v))
         cu = torch.arange(0, B * L + 1, L, device=dev, dtype=torch.int32)
