@@ -12,6 +12,8 @@ timing (the first-timing penalty of results/decode-h100-2026-11-24d run 3):
   layout      the default kernels reading TileGym's cache layout [B, Hkv, L, D] (a strided
               [B, L, Hkv, D] view of it; for MQA the same memory: a control)
   split, combine   the default plan's two launches timed alone (its workspaces reused)
+  cmb-sum     the default split kernel, the combine summing splits with ct.sum instead of
+              its halving tree (other bits: a timing probe)
   full        the default plan with a split kernel that takes every sequence's length to be
               the cache's capacity (no Lens load: the key range of a split is known from
               the shapes alone, as in TileGym's kernel, which has no per-sequence lengths);
@@ -77,7 +79,8 @@ def providers(c, dev):
         launch_templates(dev, [templates[i] for i in which], work, tens)
     P["layout"] = [lambda x=x: launch(x, range(len(templates)), x["kl"], x["vl"]) for x in lay]
     P["split"] = [lambda x=x: launch(x, [0]) for x in copies]
-    full = [(full_split_kernel(),) + tuple(templates[0][1:])] + list(templates[1:])
+    full = [(decode_variant("full").decode_split_kernel,) + tuple(templates[0][1:])] \
+        + list(templates[1:])
     P["full"] = [lambda x=x: launch_templates(
         dev, full, work, {"q": x["q"], "k": x["k"], "v": x["v"], "lens": lens, "out": out,
                           "bt": None}) for x in copies]
@@ -97,6 +100,11 @@ def providers(c, dev):
         # narrower column chunks: 128 / DV_T times the combine blocks (a row's columns
         # are merged independently: the same bits); B = 1 has only Hq rows = 32 blocks
         from spak.kvcache import _Const
+        summed = templates[:1] + [(decode_variant("sum").decode_combine_kernel,)
+                                  + tuple(templates[1][1:])]
+        P["cmb-sum"] = [lambda x=x: launch_templates(
+            dev, summed, work, {"q": x["q"], "k": x["k"], "v": x["v"], "lens": lens,
+                                "out": out, "bt": None}) for x in copies]
         for dv in (32, 64):
             t2 = templates[:1] + [(kern, (grid[0] * (128 // dv), grid[1], grid[2]),
                                    args[:-1] + (_Const(dv),))]
@@ -125,27 +133,38 @@ def providers(c, dev):
     return P, copies, lay, lens, (templates, work, out, launch), len(templates)
 
 
-def full_split_kernel():
-    """decode_split_kernel with _seq_len returning the capacity (a text edit of
-    gpu/kernels/decode.py, loaded from a temporary file): no dependent Lens load."""
+#: text edits of gpu/kernels/decode.py for the bench's kernel variants (decode_variant)
+DECODE_EDITS = {
+    # every sequence's length taken to be the cache's capacity: no dependent Lens load
+    "full": [("    L = ct.load(Lens, index=(b,), shape=())\n    return min(max(L, 0), cap)",
+              "    return cap")],
+    # the combine's sum over splits by ct.sum (the compiler's reduction) instead of the
+    # halving tree of extracts: other bits (summation order), a timing probe only
+    "sum": [("    l_i, acc = _merge_tree(l_s, a_s, w, SPLITS_T, DV_T)",
+             "    l_i = ct.sum(l_s * w, axis=0, keepdims=True)\n"
+             "    acc = ct.sum(a_s * w, axis=0, keepdims=True)")],
+}
+
+
+def decode_variant(name):
+    """gpu/kernels/decode.py with DECODE_EDITS[name] applied, loaded as a module from a
+    temporary file (its relative import made absolute)."""
     import importlib.util
     import tempfile
     from pathlib import Path
     text = (Path(ROOT) / "gpu" / "kernels" / "decode.py").read_text()
-    edits = [("from .common import", "from spak.gpu.kernels.common import"),
-             ("    L = ct.load(Lens, index=(b,), shape=())\n    return min(max(L, 0), cap)",
-              "    return cap")]
-    for old, new in edits:
+    for old, new in [("from .common import", "from spak.gpu.kernels.common import")] \
+            + DECODE_EDITS[name]:
         if text.count(old) != 1:
             raise SystemExit(f"decode_gap_bench: edit target found {text.count(old)} times: "
                              f"{old!r}")
         text = text.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / "decode_full.py"
+    path = Path(tempfile.mkdtemp()) / f"decode_{name}.py"
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location("decode_full", path)
+    spec = importlib.util.spec_from_file_location(f"decode_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.decode_split_kernel
+    return mod
 
 
 def agree(c, P, copies, lay, lens, lau, emit, log):
@@ -176,7 +195,7 @@ def agree(c, P, copies, lay, lens, lau, emit, log):
             P["cmb-o4"][0]()
             return out.clone()
         makers["cmb-o4"] = cmb_o4
-    for name in ("cmb-dv32", "cmb-dv64"):
+    for name in ("cmb-dv32", "cmb-dv64", "cmb-sum"):
         if name in P:
             def cmb(name=name):
                 P[name][0]()
@@ -263,7 +282,7 @@ def summary(rows) -> str:
 
 
 NAMES = ["spak", "full", "kt1", "kt2", "occ2", "layout", "split", "combine", "cmb-o4", "cmb-dv32",
-         "cmb-dv64", "tilegym",
+         "cmb-dv64", "cmb-sum", "tilegym",
          "tg-reduce", "sdpa-cudnn", "sdpa-flash", "copy-same"]
 #: --copies: rotated input copies per shape (0: enough to pass 256 MB, at most 8)
 COPIES = 0

@@ -19,7 +19,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-BATCHES = [(16, 1000), (16, 1024), (8, 2048), (16, 960)]
+#: (B, L, D): lengths off the tile grid beside whole ones, D 128 as a control
+BATCHES = [(16, 1000, 64), (16, 1008, 64), (16, 992, 64), (16, 1024, 64), (16, 960, 64),
+           (16, 1000, 128), (16, 1024, 128)]
 #: name -> (tiles over the config's, occupancy hint); "same" relaunches the config itself
 VARIANTS = {"same": ({}, None), "o2": ({}, 2), "o4": ({}, 4), "m64o2": ({"TILE_M": 64}, 2)}
 
@@ -52,16 +54,16 @@ def main() -> int:
     from decode_bench import _graph, paired_ratios
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(dev))
-    for B, L in BATCHES:
-        q = torch.randn(B, 32, L, 64, device=dev, dtype=torch.float16)
-        k = torch.randn(B, 8, L, 64, device=dev, dtype=torch.float16)
+    for B, L, D in BATCHES:
+        q = torch.randn(B, 32, L, D, device=dev, dtype=torch.float16)
+        k = torch.randn(B, 8, L, D, device=dev, dtype=torch.float16)
         v = torch.randn_like(k)
-        base = resolve_tiles("fused", q.dtype, 64, False, L, dev, rows=B * 32 * L)
+        base = resolve_tiles("fused", q.dtype, D, False, L, dev, rows=B * 32 * L)
         fns = {"default": lambda: spak.fmha(q, k, v, enable_gqa=True)}
         for n, (t, occ) in VARIANTS.items():
             tiles = {**{x: base[x] for x in ("TILE_M", "TILE_N", "LAT_K", "LAT_V") if x in base}, **t}
             fns[n] = _launch(q, k, v, tiles, base.get("occupancy") if n == "same" else occ)
-        qp, kp, vp = (x.transpose(1, 2).reshape(B * L, x.shape[1], 64).contiguous()
+        qp, kp, vp = (x.transpose(1, 2).reshape(B * L, x.shape[1], D).contiguous()
                       for x in (q, k, v))
         cu = torch.arange(0, B * L + 1, L, device=dev, dtype=torch.int32)
         fns["varlen"] = lambda: spak.fmha_varlen(qp, kp, vp, cu, cu, L, L)
@@ -70,7 +72,7 @@ def main() -> int:
         for n, f in fns.items():
             o = f()
             if n == "varlen":
-                o = o.view(B, L, 32, 64).transpose(1, 2)
+                o = o.view(B, L, 32, D).transpose(1, 2)
             same[n] = float((o == ref).float().mean().item())
         runs = {n: _graph([f]) for n, f in fns.items()}
         ratios = paired_ratios(runs, "default", a.pairs)
@@ -82,8 +84,8 @@ def main() -> int:
             e1.record()
             e1.synchronize()
             ms.append(e0.elapsed_time(e1))
-        tf = 4.0 * B * 32 * L * L * 64 / (sorted(ms)[2] * 1e9)
-        print(f"{B}x{L} D64 nc: config {base}; default {tf:.0f} TFLOPS; time / default: "
+        tf = 4.0 * B * 32 * L * L * D / (sorted(ms)[2] * 1e9)
+        print(f"{B}x{L} D{D} nc: config {base}; default {tf:.0f} TFLOPS; time / default: "
               + "  ".join(f"{n} {r:.3f}" for n, r in ratios.items())
               + "; identical to default: " + "  ".join(f"{n} {s:.4%}" for n, s in same.items()))
         del runs, q, k, v, qp, kp, vp
