@@ -81,6 +81,10 @@ EDITS = {
                 ).reshape((TILE_M, 1))
         cols = ct.arange(HEAD_DIM_V, dtype=ct.int32).reshape((1, HEAD_DIM_V))
         ct.scatter(Out, (rows, h, cols), out, mask=rows < q0 + seq_q)""")],
+    # the WHOLE form with the ragged V loop compiled in again (empty there), as before
+    # 2026-11-28: the same-run control of that change
+    "wholeloop": [("        if not WHOLE:\n            for j in range(n_whole, num_tiles):",
+                   "        if True:\n            for j in range(n_whole, num_tiles):")],
     # the ragged last key tile's V read at row offsets like every other tile, its rows
     # past the sequence (the next one's, maybe inf/NaN) zeroed in registers: no view, no
     # descriptor made in the block
@@ -101,10 +105,7 @@ EDITS = {
         ("TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, V_ROWS, k0)",
          "TILE_N, HEAD_DIM_V, in_dtype, RAW_MAX, LAT_V, V_ROWS, k0, vlen)"),
         ("q, K, _sequence_view(V, k0, seq_k), Mask,", "q, K, V, Mask,"),
-        ("""                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype,
-                True, k0, False)""",
-         """                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype,
-                True, k0, True, seq_k)"""),
+        ("LAT_V, Q.dtype, True, k0, False)", "LAT_V, Q.dtype, True, k0, True, seq_k)"),
     ],
 }
 

@@ -186,12 +186,16 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
                 q, K, V, Mask, b, kv_h, mask_b, mask_h, bid_m, j, qk_scale_log2, multipliers,
                 m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
                 CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, True, k0, True)
-        for j in range(n_whole, num_tiles):
-            m_i, l_i, acc = _boundary_step(
-                q, K, _sequence_view(V, k0, seq_k), Mask, b, kv_h, mask_b, mask_h, bid_m, j,
-                qk_scale_log2, multipliers, m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM,
-                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype,
-                True, k0, False)
+        # WHOLE: not even an empty loop. The compiler keeps a loop it cannot prove empty,
+        # and this one's view code slowed whole causal batches by ~3% (H100,
+        # results/issue18-h100-2026-11-28 run 17: 8 x 2048 causal 1.038 -> 1.010)
+        if not WHOLE:
+            for j in range(n_whole, num_tiles):
+                m_i, l_i, acc = _boundary_step(
+                    q, K, _sequence_view(V, k0, seq_k), Mask, b, kv_h, mask_b, mask_h, bid_m,
+                    j, qk_scale_log2, multipliers, m_i, l_i, acc, q_pos, key_offs, seq_k,
+                    HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, RAW_MAX, LAT_K,
+                    LAT_V, Q.dtype, True, k0, False)
     else:
         for j in range(mask_from, num_tiles):
             m_i, l_i, acc = _boundary_step(
