@@ -85,6 +85,14 @@ EDITS = {
     # 2026-11-28: the same-run control of that change
     "wholeloop": [("        if not WHOLE:\n            for j in range(n_whole, num_tiles):",
                    "        if True:\n            for j in range(n_whole, num_tiles):")],
+    # the ragged last key tile (at most one) as an `if` instead of a loop of 0 or 1 steps
+    "vif": [("""        if not WHOLE:
+            for j in range(n_whole, num_tiles):
+                m_i, l_i, acc = _boundary_step(""",
+             """        if not WHOLE:
+            if n_whole < num_tiles:
+                j = num_tiles - 1
+                m_i, l_i, acc = _boundary_step(""")],
     # the ragged last key tile's V read at row offsets like every other tile, its rows
     # past the sequence (the next one's, maybe inf/NaN) zeroed in registers: no view, no
     # descriptor made in the block
