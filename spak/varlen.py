@@ -15,7 +15,7 @@ CUDA tensors, in FlashAttention's varlen convention:
 * max_seqlen_q, max_seqlen_k: ints >= 0, the longest runs (they size the launch, as in
   FlashAttention; rows of a query run past max_seqlen_q are left unwritten). Where
   total = B x max_seqlen for q and k and max_seqlen is a multiple of the tiles, every run
-  is taken to be max_seqlen long (the kernel's WHOLE form, 2-5% faster): a run longer
+  is taken to be max_seqlen long (the kernel's WHOLE form, 2-9% faster): a run longer
   than its max_seqlen then leaves other runs' rows undefined as well.
 * is_causal: bottom-right per sequence: query i of a run of Lq sees keys j <= i + Lk - Lq
   (FlashAttention >= 2.1); rows that see no key give zeros.
@@ -28,7 +28,9 @@ block (gpu/kernels/fused.py, fmha_varlen_kernel): one block per (query tile, hea
 sequence), each viewing its sequence's rows as a padded batch of one, so each sequence's
 output equals spak.fmha's on that sequence alone, bit for bit. Registered as the custom op
 ``torch.ops.spak.fmha_varlen`` (fake implementation included) for torch.compile; it
-launches on the current stream, so it can be captured in a CUDA graph. Every bad input
+launches on the current stream, so it can be captured in a CUDA graph and replayed with
+new values and new run lengths of the same shapes (both checked bit for bit against eager
+calls on an H100: ci/decode_bench.py's varlen_graph check). Every bad input
 raises ValueError/TypeError naming the argument before anything runs (docs/errors.md).
 """
 from __future__ import annotations

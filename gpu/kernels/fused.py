@@ -413,8 +413,9 @@ def fmha_varlen_kernel(Q, K, V, Out, CuQ, CuK,
     the block, only where such a tile is reached). Causal: bottom-right per sequence.
 
     WHOLE (gpu.plan_decode.plan_varlen sets it from the shapes alone: every run max_seqlen
-    long, a multiple of the tiles): those two paths are not compiled. Never taken on such
-    a batch, they still cost 2-5% (results/varlen-h100-2026-11-27 run 14)."""
+    long, a multiple of the tiles): those two paths are not compiled, not even as an
+    empty loop. Never taken on such a batch, they still cost 2-9% (results/varlen-h100-
+    2026-11-27 run 14, results/issue18-h100-2026-11-28 run 21)."""
     bid_m = ct.bid(0)
     if CAUSAL:
         bid_m = ct.num_blocks(0) - 1 - bid_m      # longest first, as fmha_fwd_kernel
