@@ -571,6 +571,22 @@ def _check_one(p, dev, sms, emit, log, tiles=None):
         f"{'PASS' if row['passed'] else 'FAIL'}")
 
 
+def replay_matches_eager(f, change):
+    """(f's CUDA-graph replay equals an eager call, that eager output): f is called once,
+    captured, `change()` rewrites its inputs in place, the graph is replayed and f called
+    again eagerly on the new inputs."""
+    import torch
+    f()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = f()
+    change()
+    g.replay()
+    eager = f()
+    return bool(torch.equal(out, eager)), eager
+
+
 def graph_and_compile(emit, log):
     """The op under CUDA-graph capture (replayed with new inputs) and torch.compile."""
     import torch
@@ -583,16 +599,11 @@ def graph_and_compile(emit, log):
     bt = torch.randperm(B * Sk // page, device=dev, dtype=torch.int32).view(B, -1)
     lens = torch.tensor([4096, 100, 1, 2049], device=dev, dtype=torch.int32)
     f = lambda: spak.fmha_kvcache(q, k, v, lens, block_table=bt)  # noqa: E731
-    f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = f()
-    q.copy_(torch.randn_like(q))
-    lens.copy_(torch.tensor([7, 4000, 33, 0], device=dev, dtype=torch.int32))
-    g.replay()
-    eager = f()
-    ok_graph = bool(torch.equal(out, eager))
+
+    def change():
+        q.copy_(torch.randn_like(q))
+        lens.copy_(torch.tensor([7, 4000, 33, 0], device=dev, dtype=torch.int32))
+    ok_graph, eager = replay_matches_eager(f, change)
     comp = torch.compile(lambda *a: spak.fmha_kvcache(*a[:4], block_table=a[4]),
                          backend="aot_eager")
     ok_compile = bool(torch.equal(comp(q, k, v, lens, bt), eager))
@@ -1126,16 +1137,11 @@ def varlen_graph_and_compile(emit, log):
     v = torch.randn_like(k)
     cu = torch.tensor([0, 1000, 1001, 2500, 3000], device=dev, dtype=torch.int32)
     f = lambda: spak.fmha_varlen(q, k, v, cu, cu, 1500, 1500, is_causal=True)  # noqa: E731
-    f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = f()
-    q.copy_(torch.randn_like(q))
-    cu.copy_(torch.tensor([0, 1500, 1500, 2999, 3000], device=dev, dtype=torch.int32))
-    g.replay()
-    eager = f()
-    ok_graph = bool(torch.equal(out, eager))
+
+    def change():
+        q.copy_(torch.randn_like(q))
+        cu.copy_(torch.tensor([0, 1500, 1500, 2999, 3000], device=dev, dtype=torch.int32))
+    ok_graph, eager = replay_matches_eager(f, change)
     comp = torch.compile(lambda *a: spak.fmha_varlen(*a, 1500, 1500, is_causal=True),
                          backend="aot_eager")
     ok_compile = bool(torch.equal(comp(q, k, v, cu, cu), eager))
