@@ -187,8 +187,9 @@ def _fmha_fwd_block(Q, K, V, Out, Mask, Lse, scale, scale_log2_pow2, b, h, kv_h,
                 m_i, l_i, acc, q_pos, key_offs, seq_k, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N,
                 CAUSAL, HAS_MASK, RAW_MAX, LAT_K, LAT_V, Q.dtype, True, k0, True)
         # WHOLE: not even an empty loop. The compiler keeps a loop it cannot prove empty,
-        # and this one's view code slowed whole causal batches by ~3% (H100,
-        # results/issue18-h100-2026-11-28 run 17: 8 x 2048 causal 1.038 -> 1.010)
+        # and this one's view code slowed whole causal batches by 1.5-9% (H100,
+        # results/issue18-h100-2026-11-28 run 21: 8 x 2048 causal 1.039 -> 0.994 of
+        # spak.fmha's time, bf16 2 x 8192 1.069 -> 0.978)
         if not WHOLE:
             for j in range(n_whole, num_tiles):
                 m_i, l_i, acc = _boundary_step(
