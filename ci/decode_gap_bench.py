@@ -61,6 +61,9 @@ def providers(c, dev):
     copies, lens = _make_copies(cc, n, dev)
     P = {"spak": [lambda x=x: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens)
                   for x in copies]}
+    for n in SPLITS:          # --splits: the same call at a given split count
+        P[f"n{n}"] = [lambda x=x, n=n: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens,
+                                                         num_splits=n) for x in copies]
     for name, t in VARIANTS.items():
         P[name] = [lambda x=x, t=t: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens, tiles=t)
                    for x in copies]
@@ -185,6 +188,8 @@ def agree(c, P, copies, lay, lens, lau, emit, log):
     makers = {n: (lambda t=t: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens, tiles=t))
               for n, t in VARIANTS.items()}
     makers["layout"] = layout
+    makers.update({f"n{n}": (lambda n=n: spak.fmha_kvcache(x["q"], x["k"], x["v"], lens,
+                                                           num_splits=n)) for n in SPLITS})
 
     def full():
         P["full"][0]()
@@ -263,34 +268,37 @@ def warm(jobs, log):
 
 
 def summary(rows) -> str:
-    lines = ["| shape | " + " | ".join(NAMES) + " |", "|---" * (len(NAMES) + 1) + "|"]
+    names = NAMES + [f"n{n}" for n in SPLITS]
+    lines = ["| shape | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for r in rows:
         if r["kind"] != "time":
             continue
         cells = []
-        for n in NAMES:
+        for n in names:
             v = r["gbs"].get(n)
             cells.append("-" if not v else f"{np.median(v):.0f} ({min(v):.0f}-{max(v):.0f})")
         lines.append(f"| {r['shape']} | " + " | ".join(cells) + " |")
-    lines += ["", "us (median): ", "| shape | " + " | ".join(NAMES) + " |",
-              "|---" * (len(NAMES) + 1) + "|"]
+    lines += ["", "us (median): ", "| shape | " + " | ".join(names) + " |",
+              "|---" * (len(names) + 1) + "|"]
     for r in rows:
         if r["kind"] == "time":
             lines.append(f"| {r['shape']} | " + " | ".join(
-                f"{r['median_us'][n]:.1f}" if n in r["median_us"] else "-" for n in NAMES) + " |")
+                f"{r['median_us'][n]:.1f}" if n in r["median_us"] else "-" for n in names) + " |")
     return "\n".join(lines)
 
 
 NAMES = ["spak", "full", "kt1", "kt2", "occ2", "layout", "split", "combine", "cmb-o4", "cmb-dv32",
          "cmb-dv64", "cmb-sum", "tilegym",
          "tg-reduce", "sdpa-cudnn", "sdpa-flash", "copy-same"]
+#: --splits: split counts timed as providers "n<count>" beside the default's
+SPLITS: list = []
 #: --copies: rotated input copies per shape (0: enough to pass 256 MB, at most 8)
 COPIES = 0
 ONLY: list = []
 
 
 def main() -> int:
-    global COPIES, ONLY, SHAPES
+    global COPIES, ONLY, SHAPES, SPLITS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=4)
@@ -302,10 +310,14 @@ def main() -> int:
     ap.add_argument("--shapes", default="", metavar="B:HKV:SK[,...]",
                     help="shapes to time (Hq 32, Sq 1; default: "
                          + ",".join(f"{b}:{h}:{k}" for b, h, k in SHAPES) + ")")
+    ap.add_argument("--splits", default="", metavar="N[,N...]",
+                    help="also time the call at these split counts (providers nN), e.g. "
+                         "128 where the rule's 132 leaves 4 splits empty")
     ap.add_argument("--only", default="",
                     help="comma-separated providers to time (default: all)")
     a = ap.parse_args()
     COPIES = a.copies
+    SPLITS = [int(n) for n in a.splits.split(",") if n]
     if a.shapes:
         SHAPES = [tuple(int(x) for x in s.split(":")) for s in a.shapes.split(",")]
     ONLY = [n for n in a.only.split(",") if n]
