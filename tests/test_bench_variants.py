@@ -45,3 +45,13 @@ def test_varlen_edit_whole_loop_is_the_former_kernel_text():
     edited = apply(shipped, varlen_bench_kernels.EDITS["wholeloop"])
     diff = [(a, b) for a, b in zip(shipped.splitlines(), edited.splitlines()) if a != b]
     assert diff == [("        if not WHOLE:", "        if True:")]
+
+
+def test_goal_plot_regions():
+    """ci/decode_goal_plot.py sorts shapes by the goal and by their same-size copy."""
+    import decode_goal_plot as gp
+    rows = [{"gbs": {"spak": 2600, "copy-same": 2000}},      # at the goal
+            {"gbs": {"spak": 2000, "copy-same": 2900}},      # below, the copy reaches it
+            {"gbs": {"spak": 400, "copy-same": 1600}}]       # below, so is the copy
+    assert gp.regions(rows) == {"at goal": 1, "below, copy reaches goal": 1,
+                                "below, copy below goal": 1}
