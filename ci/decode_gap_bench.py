@@ -28,6 +28,7 @@ Writes DIR/rows.jsonl and DIR/summary.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -149,9 +150,11 @@ DECODE_EDITS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def decode_variant(name):
     """gpu/kernels/decode.py with DECODE_EDITS[name] applied, loaded as a module from a
-    temporary file (its relative import made absolute)."""
+    temporary file (its relative import made absolute); once per name, so every shape
+    launches the same kernel objects."""
     import importlib.util
     import tempfile
     from pathlib import Path

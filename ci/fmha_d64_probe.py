@@ -61,7 +61,8 @@ def main() -> int:
         base = resolve_tiles("fused", q.dtype, D, False, L, dev, rows=B * 32 * L)
         fns = {"default": lambda: spak.fmha(q, k, v, enable_gqa=True)}
         for n, (t, occ) in VARIANTS.items():
-            tiles = {**{x: base[x] for x in ("TILE_M", "TILE_N", "LAT_K", "LAT_V") if x in base}, **t}
+            keep = ("TILE_M", "TILE_N", "LAT_K", "LAT_V")
+            tiles = {**{x: base[x] for x in keep if x in base}, **t}
             fns[n] = _launch(q, k, v, tiles, base.get("occupancy") if n == "same" else occ)
         qp, kp, vp = (x.transpose(1, 2).reshape(B * L, x.shape[1], D).contiguous()
                       for x in (q, k, v))
