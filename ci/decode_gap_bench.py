@@ -155,22 +155,12 @@ def decode_variant(name):
     """gpu/kernels/decode.py with DECODE_EDITS[name] applied, loaded as a module from a
     temporary file (its relative import made absolute); once per name, so every shape
     launches the same kernel objects."""
-    import importlib.util
-    import tempfile
     from pathlib import Path
+    from fwd_variants import load_edited
     text = (Path(ROOT) / "gpu" / "kernels" / "decode.py").read_text()
-    for old, new in [("from .common import", "from spak.gpu.kernels.common import")] \
-            + DECODE_EDITS[name]:
-        if text.count(old) != 1:
-            raise SystemExit(f"decode_gap_bench: edit target found {text.count(old)} times: "
-                             f"{old!r}")
-        text = text.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / f"decode_{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(f"decode_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    absolute = ("from .common import", "from spak.gpu.kernels.common import")
+    return load_edited(text, [absolute] + DECODE_EDITS[name], "decode_gap_bench",
+                       f"decode_{name}")
 
 
 def agree(c, P, copies, lay, lens, lau, emit, log):

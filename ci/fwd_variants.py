@@ -175,6 +175,20 @@ def apply(text: str, edits, who: str = "fwd_variants") -> str:
     return text
 
 
+def load_edited(text: str, edits, who: str, name: str):
+    """A kernel module's source `text` with `edits` applied (apply), written to a temporary
+    file and imported as module `name` (outside the package: edit its relative imports to
+    absolute ones, e.g. IMPORT): the benches' way to launch a kernel variant."""
+    import importlib.util
+    import tempfile
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(apply(text, edits, who))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def write_variants(argv, doc: str, names, text_of) -> int:
     """The scripts' command line: OUT_DIR -> OUT_DIR/<name>.py with text_of(name) each."""
     argv = sys.argv[1:] if argv is None else argv

@@ -121,14 +121,6 @@ EDITS = {
 def variant_kernel(name):
     """fmha_varlen_kernel of fused.py with EDITS[name] applied (ci/fwd_variants.py's text
     edits and absolute import), loaded from a temporary file."""
-    import importlib.util
-    import tempfile
-    from pathlib import Path
-    from fwd_variants import FUSED, IMPORT, apply
-    path = Path(tempfile.mkdtemp()) / f"varlen_{name}.py"
-    path.write_text(apply(apply(FUSED.read_text(), [IMPORT]), EDITS[name],
-                          "varlen_bench_kernels"))
-    spec = importlib.util.spec_from_file_location(f"varlen_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.fmha_varlen_kernel
+    from fwd_variants import FUSED, IMPORT, load_edited
+    return load_edited(FUSED.read_text(), [IMPORT] + EDITS[name], "varlen_bench_kernels",
+                       f"varlen_{name}").fmha_varlen_kernel
