@@ -19,6 +19,7 @@ from spak.tune import sweep as S
 from spak.tune.jobs import estimate_seconds
 from spak.tune.runner import Sweep, SweepOptions, format_seconds
 from spak.tune.space import ROOT, parse_space_args
+from spak.tune.timeline import breakdown_lines
 
 __all__ = ["register", "cmd_sweep", "add_arguments"]
 
@@ -125,23 +126,27 @@ def _start(args, req: _Request, commit):
     return sweep, hellos[0]
 
 
-def _done(args, req: _Request, sweep, existing) -> tuple[set, dict]:
-    """What --resume skips, and (with --gpus) which GPU each measured shape stays on."""
+def _done(args, req: _Request, sweep, existing) -> tuple[set, dict, set]:
+    """What --resume skips, and (with --gpus) which GPU each measured shape stays on and
+    which peers and default configs each GPU has timed already."""
     if not args.resume:
-        return set(), {}
+        return set(), {}, set()
     if args.ray:                             # any of the cluster's GPUs
-        return S.done_keys(existing, None, req.kernel, args.retry_failed, req.fam.name), {}
+        return S.done_keys(existing, None, req.kernel, args.retry_failed,
+                           req.fam.name), {}, set()
     if sweep.multi:
         gpus = {s.gpu: s.hello["gpu"] for s in sweep.slots if s.hello and not s.retired}
-        return S.done_by_gpu(existing, gpus, req.kernel, args.retry_failed, req.fam.name)
+        a = (existing, gpus, req.kernel, args.retry_failed, req.fam.name)
+        return (*S.done_by_gpu(*a), S.anchors_by_gpu(*a))
     return S.done_keys(existing, sweep.slots[0].hello["gpu"], req.kernel, args.retry_failed,
-                       req.fam.name), {}
+                       req.fam.name), {}, set()
 
 
-def _record_run(sweep, plan, writer, env, done, claims) -> tuple[dict, bool]:
+def _record_run(sweep, plan, writer, env, done, claims, have) -> tuple[dict, bool]:
     """Run the jobs; (the result, whether ^C stopped it)."""
     try:
-        return sweep.run(plan.jobs, writer, env, done=done, claims=claims), False
+        kw = {"have_anchors": have} if have else {}      # RaySweep.run takes no anchors
+        return sweep.run(plan.jobs, writer, env, done=done, claims=claims, **kw), False
     except KeyboardInterrupt:
         sweep.shutdown()
         return {"finished": None, "left": None, "counts": sweep.counts,
@@ -181,6 +186,7 @@ def _report(args, req: _Request, sweep, res: dict, status: str) -> int:
                          [p.case_id for p in req.problems], req.fam.name)
     print("\n".join(S.summarize(rows)))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(res["counts"].items()))
+    print("\n".join(breakdown_lines(sweep.breakdown())))
     print(f"spak sweep: {status}; this run: {counts or 'nothing to do'}; "
           f"{format_seconds(time.monotonic() - sweep.t0)} wall; results in {sweep.out_path}")
     if args.update_store:
@@ -206,7 +212,7 @@ def _sweep(args, req: _Request) -> int:
         sweep.shutdown()
         return _err(f"{out_path} already holds {len(existing)} lines: pass --resume to "
                     f"continue it (skipping what it has), or choose another --out")
-    done, claims = _done(args, req, sweep, existing)
+    done, claims, have = _done(args, req, sweep, existing)
     todo = [j for j in plan.jobs if j.key not in done]
     env = S.run_env(hello, arch, commit, dirty)
     est = estimate_seconds(todo, compile_jobs=req.compile_jobs, timing=req.timing,
@@ -221,7 +227,7 @@ def _sweep(args, req: _Request) -> int:
         {"timeout": args.timeout, "budget_s": args.budget_s,
          "compile_jobs": req.compile_jobs, **req.timing},
         "spak " + shlex.join(args.argv or sys.argv[1:]), hello.get("pid")))
-    res, interrupted = _record_run(sweep, plan, writer, env, done, claims)
+    res, interrupted = _record_run(sweep, plan, writer, env, done, claims, have)
     status = "complete" if not res["stopped"] else res["stopped"]
     writer.write(S.end_line(sweep, env["gpu"], status, res))
     writer.close()

@@ -37,6 +37,10 @@ class CompileAhead:
         self.unit_state: dict = {}          # unit_id -> reply dict
         self.units_todo: list[dict] = []
         self.failures = 0
+        self.helpers_started = 0            # for the sweep's time breakdown
+        self.units_done = 0
+        self.compile_s = 0.0                # the helpers' own seconds per unit, summed
+        self.last_done = None               # monotonic time of the last unit built
 
     def start(self, units: list[dict]) -> None:
         seen, todo = set(), []
@@ -53,6 +57,10 @@ class CompileAhead:
         if unit is None or self.jobs <= 0 and not self.helpers:
             return True
         return unit["unit_id"] in self.unit_state
+
+    def building(self) -> bool:
+        """Whether units are still queued or being built."""
+        return bool(self.units_todo) or any(self.queue.get(h) for h in self.helpers)
 
     def prioritize(self, unit) -> None:
         """Build this unit next (a worker is waiting for it)."""
@@ -75,6 +83,7 @@ class CompileAhead:
         if not self.units_todo:
             return
         h = self.spawn()
+        self.helpers_started += 1
         self.helpers.append(h)
         self.queue[h] = []
         self._feed(h)
@@ -121,6 +130,9 @@ class CompileAhead:
             if "compiled" in msg:
                 r = msg["compiled"]
                 self.unit_state[r["unit_id"]] = r
+                self.units_done += 1
+                self.compile_s += float(r.get("seconds") or 0.0)
+                self.last_done = time.monotonic()
                 self.queue[h] = [u for u in self.queue[h] if u["unit_id"] != r["unit_id"]]
                 if r.get("fatal"):
                     h.eof = True

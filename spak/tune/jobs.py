@@ -33,6 +33,10 @@ class Job:
     unit: Optional[dict] = None           # compile unit (None: a peer or not precompilable)
     family: str = families.DEFAULT
     flops: float = 0.0                    # of one call, by the family's convention
+    #: with --gpus, the GPU (CUDA_VISIBLE_DEVICES entry) that must run this copy of the job:
+    #: a shape's peers and default timed again on a GPU that helps with its configs, or a
+    #: job retried on another GPU after a worker fault (spak.tune.slots)
+    pin: Optional[str] = None
 
     @property
     def case(self) -> str:
@@ -41,6 +45,12 @@ class Job:
     @property
     def key(self) -> tuple:
         return (self.case, self.provider, self.config_id)
+
+    @property
+    def anchor(self) -> bool:
+        """A peer or the default config: what the swept configs of its shape are compared
+        with, so it is timed on every GPU that times configs of the shape."""
+        return self.config is None or self.config_id == "default"
 
     def payload(self) -> dict:
         """The job as the worker receives it (the "job" op of spak.tune.worker)."""

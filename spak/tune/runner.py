@@ -7,9 +7,10 @@ Isolation. A config that fails to compile, fails to launch or gives a wrong resu
 recorded with its error by the worker; one that runs past ``timeout`` seconds, or that
 kills the worker, is recorded here (the worker's process group is killed) and a fresh
 worker takes the remaining configs. With ``retry_faults`` (``--gpus``), a job whose worker
-faulted (timeout, crash, lost CUDA context) runs once more on a fresh worker on the same
-GPU before its failure is recorded ("attempts": 2, "retried_after": the first failure);
-a GPU whose worker cannot start again leaves the sweep, its shapes going to the others.
+faulted (timeout, crash, lost CUDA context) runs once more before its failure is recorded
+("attempts": 2, "retried_after": the first failure, "retried_from": its GPU), on another
+GPU when there is one (which then times the shape's peers and default too), so a config
+that hangs one GPU is tried on another while that GPU's fresh worker goes on; a GPU whose worker cannot start again leaves the sweep, its shapes going to the others.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from spak.results.jsonl import ResultsWriter
 from spak.tune.compile_ahead import CompileAhead
 from spak.tune.jobs import Job, job_seconds
 from spak.tune.pool import WorkerProcess, log_tail
+from spak.tune import timeline
 from spak.tune.slots import ShapeQueue, Slot
 from spak.tune.space import config_id, tile_keys
 
@@ -103,6 +105,7 @@ class Sweep:
         self.left = 0
         self.shapes = ShapeQueue(self.compiler)
         self.retried: dict = {}             # job key -> why its first attempt failed
+        self.retried_from: dict = {}        # job key -> the GPU index of that attempt
 
     # -- children
     def _open_log(self, path: Optional[Path] = None):
@@ -130,6 +133,8 @@ class Sweep:
         while waiting and time.monotonic() < deadline:
             for slot, w in list(waiting.items()):
                 msg = w.pop()
+                if msg is not None or w.eof:
+                    slot.clock.startup_s += time.monotonic() - w.started
                 if msg is not None and "hello" in msg:
                     slot.worker, slot.hello = w, msg["hello"]
                     self.worker_starts += 1
@@ -149,6 +154,7 @@ class Sweep:
             if waiting:
                 self._pump(0.5)
         for slot, w in waiting.items():
+            slot.clock.startup_s += time.monotonic() - w.started
             w.kill()
             out[slot] = RuntimeError(f"the sweep worker did not start within "
                                      f"{self.opts.startup_timeout:.0f} s; see {slot.log_path}")
@@ -294,10 +300,14 @@ class Sweep:
         self._total = getattr(self, "_total", 0) + self.shapes.release(slot, todo)
 
     # -- the loop
-    def _record(self, slot: Slot, job: Job, r: dict, writer: ResultsWriter) -> dict:
+    def _record(self, slot: Slot, job: Job, r: dict, writer: ResultsWriter,
+                seconds: float = 0.0) -> dict:
         if job.key in self.retried:
             r = {**r, "attempts": 2, "retried_after": self.retried[job.key]}
+            if job.key in self.retried_from:
+                r["retried_from"] = self.retried_from[job.key]
         row = {**self._base_row(job, slot), **r}
+        slot.clock.job_done(seconds, row)
         if row.get("status") == "ok" and row.get("ms_median"):
             row["tflops"] = job.flops / (row["ms_median"] * 1e-3) / 1e12
         writer.write(row)
@@ -306,8 +316,8 @@ class Sweep:
         if row.get("wall_s"):
             self.walls.append(float(row["wall_s"]))
         self._done += 1
-        self._eta["left"] -= self._cost[id(job)]
-        self._eta["done"] += self._cost[id(job)]
+        self._eta["left"] -= self._cost.get(id(job), 0.0)
+        self._eta["done"] += self._cost.get(id(job), 0.0)
         self._progress(self._done, self._total, row, time.monotonic() - self._run_t0, slot)
         return row
 
@@ -357,21 +367,30 @@ class Sweep:
             self.stopped_reason = "budget"
             return False
         r, fault = out
+        seconds = time.monotonic() - slot.t0
         if fault and self.opts.retry_faults and job.key not in self.retried:
+            self.retried_from[job.key] = slot.index
             self.retried[job.key] = f"{r['status']}: " + str(r.get("error") or "").strip() \
                 .split("\n")[0][:200]
-            todo.insert(0, job)              # its slot still owns the case: retried there
+            where = self.shapes.retry_elsewhere(slot, job, todo, self.slots) if self.multi \
+                else todo.insert(0, job)     # one GPU: retried on a fresh worker there
             if not self.opts.quiet:
                 self.echo(f"      {slot.label}: {self.retried[job.key]}; worker restarted, "
-                          f"{job.case} {job.config_id} runs once more")
+                          f"{job.case} {job.config_id} runs once more"
+                          + (f" on {where}" if where and where != slot.label else ""))
+            slot.clock.job_done(seconds, r)      # the first attempt's time, not a job
+            slot.clock.jobs -= 1
             return True
-        self._record(slot, job, r, writer)
+        self._record(slot, job, r, writer, seconds)
         return True
 
     def run(self, jobs: list[Job], writer: ResultsWriter, env: dict, *,
-            done: set = frozenset(), claims: Optional[dict] = None) -> dict:
+            done: set = frozenset(), claims: Optional[dict] = None,
+            have_anchors=frozenset()) -> dict:
         """Run every job not in ``done``; returns the counts and the stop reason.
-        ``claims``: case -> GPU (as in ``gpus``) that timed its done jobs (on --resume)."""
+        ``claims``: case -> GPU (as in ``gpus``) that timed its done jobs (on --resume);
+        ``have_anchors``: (case, provider, config_id, GPU) of the peer and default rows the
+        file already has."""
         self.env = env
         todo = [j for j in jobs if j.key not in done]
         self._total, self._done = len(todo), 0
@@ -379,6 +398,8 @@ class Sweep:
         self._cost = {id(j): job_seconds(j, self.opts.timing) for j in jobs}
         self._eta = {"left": sum(self._cost[id(j)] for j in todo), "done": 0.0}
         self.shapes.cost = self._cost
+        self.shapes.set_jobs(jobs, have_anchors)
+        self.shapes.on_added = self._added
         self.shapes.adopt(claims or {}, self.slots)
         deadline = self.t0 + self.opts.budget_s if self.opts.budget_s else None
         self._run_t0 = time.monotonic()
@@ -390,15 +411,33 @@ class Sweep:
             if not busy:
                 if not todo or not starting or all(s.retired for s in self.slots):
                     break
-                self._pump(0.5)              # waiting for compile helpers
+                self._timed_pump(0.5, todo)      # waiting for compile helpers
                 continue
-            self._pump(min(0.5, min(s.end for s in busy) - time.monotonic()))
+            self._timed_pump(min(0.5, min(s.end for s in busy) - time.monotonic()), todo)
             for slot in busy:
                 starting = self._collect(slot, todo, writer) and starting
         self.left = len(todo)
         self.shutdown()
         return {"finished": self._done, "left": len(todo), "counts": dict(self.counts),
                 "stopped": self.stopped_reason}
+
+    def _added(self, jobs: list[Job]) -> None:
+        """Jobs the queue added (anchors copied for a GPU that helps with a shape)."""
+        self._total += len(jobs)
+        self._eta["left"] += sum(self._cost.get(id(j), 0.0) for j in jobs)
+
+    def _timed_pump(self, timeout: float, todo: list) -> None:
+        """_pump, the wait counted as idle time of every idle GPU (the breakdown)."""
+        t = time.monotonic()
+        self._pump(timeout)
+        dt = time.monotonic() - t
+        for slot in self.slots:
+            if slot.job is None and not slot.retired:
+                slot.clock.idle(dt, bool(todo) and self.compiler.building())
+
+    def breakdown(self) -> dict:
+        """Where the time went (spak.tune.timeline)."""
+        return timeline.breakdown(self)
 
     def shutdown(self) -> None:
         self.compiler.shutdown()

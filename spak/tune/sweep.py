@@ -50,7 +50,7 @@ from spak.tune.runner import SCHEMA, SCHEMAS_READ, format_seconds
 from spak.tune.space import ROOT, describe_override, expand_space, load_space, tile_keys
 
 __all__ = ["SCHEMA", "RESULT_FIELDS", "SweepPlan", "select_problems", "plan_sweep",
-           "done_keys", "done_by_gpu", "gpu_list", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
+           "done_keys", "done_by_gpu", "anchors_by_gpu", "gpu_list", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
            "end_line", "result_rows", "summarize", "list_lines", "header_text",
            "read_results"]
 
@@ -66,8 +66,8 @@ Hq, Hkv, Sq, Sk, D), dtype, causal, flops; provider ("spak-<kernel>" swept confi
 launch_error, wrong_result, invalid_config, unsupported, oom, error, timeout, crash),
 error; nonfinite, rel_l2_vs_sdpa, check_rtol; ms_median, ms_min, ms_max, ms_p25, ms_p75,
 spread, runs, tflops; first_call_s (includes the compile), wall_s; host; with --gpus:
-gpu_index (the worker's CUDA_VISIBLE_DEVICES entry), and after a worker fault attempts (2)
-and retried_after (the first attempt's failure)."""
+gpu_index (the worker's CUDA_VISIBLE_DEVICES entry), and after a worker fault attempts (2),
+retried_after (the first attempt's failure) and retried_from (its GPU index)."""
 
 
 def _utc(fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
@@ -149,18 +149,39 @@ def done_by_gpu(rows, gpus: dict, kernel: str, retry_failed: bool,
                 family: str = families.DEFAULT, host: Optional[str] = None) -> tuple[set, dict]:
     """--resume with --gpus: (done keys, {case: GPU}). ``gpus``: {CUDA_VISIBLE_DEVICES
     entry: GPU name} of this run. A case stays with the GPU of this host that measured it
-    first, and only that GPU's rows of it count as done, so its remaining configs are timed
-    beside the peers they are compared with; a case measured on a GPU not in this run
-    runs again whole."""
-    host = host or socket.gethostname()
+    first; a swept config is done when any GPU of this run timed it (a GPU that helped with
+    a shape timed its peers and default beside it: spak.tune.slots), a peer or the default
+    when the case's own GPU did. A case measured on GPUs not in this run runs again whole."""
     done, claims = set(), {}
-    for r in _resumable(rows, kernel, retry_failed, family):
-        gpu = None if r.get("gpu_index") is None else str(r["gpu_index"])
-        if r.get("host") != host or gpu not in gpus or gpus[gpu] != r.get("gpu"):
-            continue
-        if claims.setdefault(r["case"], gpu) == gpu:
+    for r, gpu in _rows_of_run(rows, gpus, kernel, retry_failed, family, host):
+        owner = claims.setdefault(r["case"], gpu)
+        if owner == gpu or not _is_anchor(r):
             done.add((r["case"], r["provider"], r["config_id"]))
     return done, claims
+
+
+def anchors_by_gpu(rows, gpus: dict, kernel: str, retry_failed: bool,
+                   family: str = families.DEFAULT, host: Optional[str] = None) -> set:
+    """(case, provider, config_id, GPU) of the peer and default rows the file holds from
+    GPUs of this run: a GPU that helps with such a case on --resume does not time them
+    again."""
+    return {(r["case"], r["provider"], r["config_id"], gpu)
+            for r, gpu in _rows_of_run(rows, gpus, kernel, retry_failed, family, host)
+            if _is_anchor(r)}
+
+
+def _is_anchor(r: dict) -> bool:
+    return r.get("config") is None or r.get("config_id") == "default"
+
+
+def _rows_of_run(rows, gpus: dict, kernel, retry_failed, family, host):
+    """(row, its GPU entry) of the resumable rows measured on this host by a GPU of this
+    run (same entry, same name)."""
+    host = host or socket.gethostname()
+    for r in _resumable(rows, kernel, retry_failed, family):
+        gpu = None if r.get("gpu_index") is None else str(r["gpu_index"])
+        if r.get("host") == host and gpu in gpus and gpus[gpu] == r.get("gpu"):
+            yield r, gpu
 
 
 def gpu_list(text: str) -> list[str]:
@@ -239,7 +260,7 @@ def end_line(sweep, gpu: str, status: str, res: dict) -> dict:
     return {"schema": SCHEMA, "kind": "end", "sweep_id": sweep.sweep_id, "date": _utc(),
             "gpu": gpu, "status": status, "left": res["left"], "counts": res["counts"],
             "worker_starts": sweep.worker_starts, "wall_s": time.monotonic() - sweep.t0,
-            **sweep.frame_fields()}
+            "breakdown": sweep.breakdown(), **sweep.frame_fields()}
 
 
 def result_rows(path, gpus, kernel: str, cases, family: str = families.DEFAULT) -> list:

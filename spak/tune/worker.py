@@ -74,6 +74,7 @@ class FakeRunner:
 
     gpu, arch              what hello reports ("Fake GPU", "sm_90")
     delay_s                seconds each job takes (default 0.01)
+    startup_s              seconds the worker takes to start (as torch + CUDA init would)
     compile_delay_s        seconds each compile unit takes (default 0.01)
     compile_error, launch_error, wrong, nan, hang, crash, compile_hang, compile_crash:
                            lists of config ids ("64x128/occ2"), or "ID@CASE" for one shape
@@ -85,6 +86,7 @@ class FakeRunner:
         self.spec = dict(spec)
         self.delay = float(self.spec.get("delay_s", 0.01))
         self.compile_delay = float(self.spec.get("compile_delay_s", 0.01))
+        time.sleep(float(self.spec.get("startup_s", 0.0)))
 
     def hello(self) -> dict:
         return {"gpu": self.spec.get("gpu", "Fake GPU"), "arch": self.spec.get("arch", "sm_90"),
