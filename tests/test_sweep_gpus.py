@@ -137,6 +137,40 @@ def test_a_worker_fault_is_retried_once_then_recorded(tmp_path):
     assert s.breakdown()["gpus"][0]["fault_s"] + s.breakdown()["gpus"][1]["fault_s"] >= 1.5 * 2
 
 
+def test_a_config_that_hangs_one_gpu_times_out_there_and_runs_on_another(tmp_path,
+                                                                         monkeypatch):
+    """$SPAK_SWEEP_FAULTS (the GPU script's fault runs use it on real GPUs): a config that
+    hangs on gpu1 only is killed at --timeout, retried on gpu0 (ok there, "retried_from"
+    1), gpu1's fresh worker goes on with the rest; nothing lost, nothing doubled."""
+    c = "4x8x1024x64/fp16/causal"
+    monkeypatch.setenv("SPAK_SWEEP_FAULTS", json.dumps({"1": {"hang": ["64x64/o2/c1"]}}))
+    s, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.01}, ["0", "1"], timeout=1.5)
+    rows = _results(out)
+    assert res["left"] == 0 and res["stopped"] is None
+    _check_rows(rows, jobs)
+    retried = [r for r in rows if r.get("attempts") == 2]
+    assert retried and all(r["status"] == "ok" and r["gpu_index"] == 0
+                           and r["retried_from"] == 1 and r["config_id"] == "64x64/o2/c1"
+                           and r["retried_after"].startswith("timeout") for r in retried)
+    assert all(r["status"] == "ok" for r in rows)
+    assert any(r["gpu_index"] == 1 and r["case"] != c for r in rows)   # gpu1 went on
+    assert s.breakdown()["gpus"][1]["fault_s"] >= 1.5
+
+
+def test_fault_injection_reads_only_this_gpus_entry():
+    from spak.tune import worker as tw
+    base = tw.FakeRunner({})
+    assert tw.with_faults(base, {}) is base
+    env = {"SPAK_SWEEP_FAULTS": '{"1": {"crash": ["a"]}}', "CUDA_VISIBLE_DEVICES": "0"}
+    assert tw.with_faults(base, env) is base
+    inj = tw.with_faults(base, {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    assert isinstance(inj, tw.FaultInjector) and inj._hit("crash", {"config_id": "a",
+                                                                   "case": "x"})
+    assert inj.hello()["gpu"] == "Fake GPU"
+    with pytest.raises(ValueError, match="SPAK_SWEEP_FAULTS"):
+        tw.with_faults(base, {"SPAK_SWEEP_FAULTS": "[1]"})
+
+
 def test_a_gpu_whose_worker_cannot_restart_leaves_and_its_shapes_move(tmp_path):
     fake = {"delay_s": 0.01, "crash": ["128x64/o2/c1"]}
 

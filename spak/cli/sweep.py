@@ -111,6 +111,7 @@ def _start(args, req: _Request, commit):
         sweep = RaySweep(out, opts, address=args.ray, **where)
     else:
         sweep = Sweep(out, opts, gpus=gpus, **where)
+        sweep.compiler.warm()                # helpers start beside the workers
     try:
         hellos = sweep.start_workers() if gpus else [sweep.start_worker()]
     except RuntimeError as e:
@@ -291,7 +292,7 @@ def add_arguments(p) -> None:
                         "exit 3 (resumable) if jobs are left")
     p.add_argument("--compile-jobs", default="auto",
                    help="compile helper processes ahead of the worker (default auto: "
-                        "min(8, CPUs-2) on a GPU; 0: the worker compiles)")
+                        "min(32, CPUs-4) on a GPU; 0: the worker compiles)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls (default 3)")
     p.add_argument("--batches", type=int, default=5,
                    help="timed batches; the median batch is reported (default 5)")

@@ -42,6 +42,15 @@ class CompileAhead:
         self.compile_s = 0.0                # the helpers' own seconds per unit, summed
         self.last_done = None               # monotonic time of the last unit built
 
+    def warm(self) -> None:
+        """Start the helpers now, before the units are known (a helper's start-up, torch
+        and a CUDA context, takes seconds: it overlaps the measuring workers' own)."""
+        for _ in range(self.jobs - len(self.helpers)):
+            h = self.spawn()
+            self.helpers_started += 1
+            self.helpers.append(h)
+            self.queue[h] = []
+
     def start(self, units: list[dict]) -> None:
         seen, todo = set(), []
         for u in units:
@@ -49,7 +58,10 @@ class CompileAhead:
                 seen.add(u["unit_id"])
                 todo.append(u)
         self.units_todo = todo
-        for _ in range(min(self.jobs, len(todo))):
+        for h in list(self.helpers):         # warm helpers: their first unit, or exit
+            if not self.queue.get(h):
+                self._feed(h)
+        for _ in range(min(self.jobs, len(todo)) - len(self.helpers)):
             self._spawn_helper()
 
     def ready(self, unit) -> bool:

@@ -91,8 +91,8 @@ class Sweep:
         self.multi = gpus is not None
         self.slots = [Slot(str(g), self.log_path.with_suffix(f".gpu{g}.log")) for g in gpus] \
             if self.multi else [Slot(None, self.log_path)]
-        self.compiler = CompileAhead(opts.compile_jobs, lambda: self._child("compile"),
-                                     opts.timeout, echo)
+        self._helpers = 0
+        self.compiler = CompileAhead(opts.compile_jobs, self._helper, opts.timeout, echo)
         self.env: dict = {}
         self.sweep_id = uuid.uuid4().hex[:12]
         self.t0 = time.monotonic()
@@ -119,6 +119,16 @@ class Sweep:
         env = {"CUDA_VISIBLE_DEVICES": slot.gpu} if slot is not None and slot.gpu else None
         return WorkerProcess(role, self.opts.runner, self.opts.timing,
                              self._open_log(slot.log_path if slot else None), self.sel, env)
+
+    def _helper(self) -> WorkerProcess:
+        """A compile helper; with --gpus the helpers are spread over the sweep's GPUs (each
+        holds a CUDA context and launches its variant once on tiny arrays), so no one GPU
+        carries them all beside its measuring worker. Their output goes to the main log."""
+        live = [s for s in self.slots if s.gpu is not None and not s.retired]
+        self._helpers += 1
+        env = {"CUDA_VISIBLE_DEVICES": live[self._helpers % len(live)].gpu} if live else None
+        return WorkerProcess("compile", self.opts.runner, self.opts.timing, self._open_log(),
+                             self.sel, env)
 
     def _pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for any child's output and take it in."""

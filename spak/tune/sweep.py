@@ -218,8 +218,15 @@ def auto_out_path(gpu: str, kernel: str, family: str = families.DEFAULT) -> Path
     return ROOT / "results" / f"sweep-{(slug(gpu) or 'gpu')}-{fam}{kernel}-{_utc('%Y-%m-%d')}.jsonl"
 
 
+#: At most this many compile helpers by default. A 4-GPU host's sweep needs its variants
+#: (~1-3 s of tileiras each for the forward on sm_90) built as fast as 4 GPUs time them,
+#: and the compile is the part more GPUs do not shorten: 8 helpers (the old cap) build a
+#: 200-variant space in ~50 s, as long as 4 GPUs take to time it.
+MAX_AUTO_COMPILE_JOBS = 32
+
+
 def auto_compile_jobs(runner: str) -> int:
-    """Compile helpers by default: min(8, CPUs - 2) with a GPU runner and cuTile's disk
+    """Compile helpers by default: min(32, CPUs - 4) with a GPU runner and cuTile's disk
     cache (without it the helpers' cubins would be lost), else 0."""
     if runner != "gpu":
         return 0
@@ -232,7 +239,7 @@ def auto_compile_jobs(runner: str) -> int:
             return 0                     # cuTile keeps no disk cache without it either
     except Exception:  # noqa: BLE001
         pass
-    return max(0, min(8, (os.cpu_count() or 2) - 2))
+    return max(0, min(MAX_AUTO_COMPILE_JOBS, (os.cpu_count() or 2) - 4))
 
 
 # ------------------------------------------------------------------ the results file

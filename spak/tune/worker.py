@@ -33,7 +33,7 @@ from spak.core.stats import stats
 from spak.results.jsonl import jsonable as _jsonable
 
 __all__ = ["STATUSES", "CHECK_GATE_FACTOR", "check_threshold", "GpuRunner", "FakeRunner",
-           "make_runner", "main", "tiny_dim", "stats"]
+           "FAULTS_ENV", "FaultInjector", "with_faults", "make_runner", "main", "tiny_dim", "stats"]
 
 #: Every status a result line may have. Written by the worker: ok, compile_error,
 #: launch_error, wrong_result, invalid_config, unsupported (an SDPA backend refused the
@@ -308,6 +308,54 @@ class GpuRunner:
         return {"status": "ok", "seconds": time.perf_counter() - t0}
 
 
+#: Faults injected into one GPU's worker, for testing a multi-GPU sweep on real hardware
+#: (the GPU script of issue 36) and on the CPU: JSON {GPU: {"hang": [...], "crash": [...]}},
+#: GPU a CUDA_VISIBLE_DEVICES entry ("1"), lists of config ids or "ID@CASE" as FakeRunner's.
+#: A "hang" job sleeps in the worker (the driver's --timeout kills it); a "crash" exits.
+FAULTS_ENV = "SPAK_SWEEP_FAULTS"
+
+
+class FaultInjector:
+    """Wraps a runner; the jobs named for this worker's GPU in $SPAK_SWEEP_FAULTS hang or
+    crash before running."""
+
+    def __init__(self, runner, faults: dict):
+        self.runner = runner
+        self.faults = faults
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def _hit(self, key: str, job: dict) -> bool:
+        lst = self.faults.get(key) or ()
+        return job["config_id"] in lst or f"{job['config_id']}@{job['case']}" in lst
+
+    def run(self, job: dict) -> dict:
+        if self._hit("hang", job):
+            time.sleep(10 ** 6)
+        if self._hit("crash", job):
+            os._exit(13)
+        return self.runner.run(job)
+
+
+def with_faults(runner, env=None):
+    """The runner, wrapped in a FaultInjector when $SPAK_SWEEP_FAULTS names this worker's
+    GPU (its CUDA_VISIBLE_DEVICES); a malformed value is a ValueError."""
+    env = os.environ if env is None else env
+    text = env.get(FAULTS_ENV, "").strip()
+    if not text:
+        return runner
+    try:
+        faults = json.loads(text)
+        if not isinstance(faults, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        raise ValueError(f"${FAULTS_ENV} must be JSON {{GPU: {{\"hang\": [...], "
+                         f"\"crash\": [...]}}}}: {e}") from None
+    mine = faults.get(env.get("CUDA_VISIBLE_DEVICES", ""))
+    return FaultInjector(runner, mine) if mine else runner
+
+
 def make_runner(spec: str, opts: dict):
     """"gpu" -> GpuRunner(opts); "fake:<json file or inline JSON>" -> FakeRunner."""
     if spec == "gpu":
@@ -363,6 +411,8 @@ def main(argv=None) -> int:
 
     try:
         runner = make_runner(ns.runner, json.loads(ns.opts))
+        if ns.role == "worker":
+            runner = with_faults(runner)
     except Exception as exc:  # noqa: BLE001 -- the parent prints it and stops
         reply({"fatal_setup": f"{type(exc).__name__}: {exc}"})
         return 2
