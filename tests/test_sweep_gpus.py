@@ -328,6 +328,39 @@ def test_store_update_merges_gpus_of_one_model(tmp_path):
     assert "wrote 1 entries" in lines[-1]
 
 
+def test_gpus_that_disagree_beyond_the_spread_are_named_everywhere(tmp_path):
+    """A GPU 25% slow on one config: the merged row says which GPU gave what, `spak sweep`'s
+    lines, `spak report` and `spak store update` name it; GPUs within the noise do not."""
+    same = merge.merge_gpu_rows([{**_row(0, 300.0), "spread": 0.01},
+                                 {**_row(1, 306.0), "spread": 0.01}])[0]
+    assert same["gpus_disagree"] is False and same["gpu_tflops"] == {"gpu0": 300.0,
+                                                                     "gpu1": 306.0}
+    noisy = merge.merge_gpu_rows([{**_row(0, 300.0), "spread": 0.06},
+                                  {**_row(1, 340.0), "spread": 0.06}])[0]
+    assert noisy["gpus_disagree"] is False                # 13% < 3 x the rows' 6% spread
+    rows = [{**_row(0, 320.0), "spread": 0.01}, {**_row(1, 240.0), "spread": 0.01},
+            {**_row(2, 322.0), "spread": 0.01},
+            _row(0, 250.0, "128x64"), _row(1, 252.0, "128x64"), _row(2, 251.0, "128x64")]
+    merged = merge.merge_gpu_rows(rows)
+    bad = next(r for r in merged if r["config_id"] == "64x64")
+    assert bad["gpus_disagree"] is True and bad["gpu_tflops"]["gpu1"] == 240.0
+    (line,) = merge.disagreement_lines(merged)
+    assert "64x64" in line and "gpu1 240.0" in line and "gpu0 320.0" in line
+    two_hosts = merge.merge_gpu_rows([_row(0, 300.0), _row(0, 200.0, host="k")])[0]
+    assert set(two_hosts["gpu_tflops"]) == {"h/gpu0", "k/gpu0"}
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (e,) = choose.choose(read_results(p))
+    assert e["tiles"]["TILE_M"] == 64 and set(e["gpus_disagree"]) == {bad["case"]}
+    lines = choose.update_store([p], tmp_path / "s.json")
+    assert "WARNING: its GPUs disagree" in lines[0] and "gpu1 240.0" in lines[0]
+    from spak.report.load import load_rows
+    from spak.report.tables import markdown
+    md = markdown(load_rows([p]), sources=[str(p)], plots={}, leaderboard=None)
+    assert "## GPUs of one model that disagree" in md and "gpu1 240.0" in md
+    assert md.count("| NVIDIA H100 80GB HBM3 | ") == 1      # only the 64x64 row
+
+
 # ------------------------------------------------------------------ --ray without Ray
 
 def test_ray_mode_without_ray_says_how_to_install(tmp_path, monkeypatch, capsys):

@@ -19,6 +19,7 @@ from spak.tune import sweep as S
 from spak.tune.jobs import estimate_seconds
 from spak.tune.runner import Sweep, SweepOptions, format_seconds
 from spak.tune.space import ROOT, parse_space_args
+from spak.tune.merge import disagreement_lines
 from spak.tune.timeline import breakdown_lines
 
 __all__ = ["register", "cmd_sweep", "add_arguments"]
@@ -186,6 +187,10 @@ def _report(args, req: _Request, sweep, res: dict, status: str) -> int:
     rows = S.result_rows(sweep.out_path, names, req.kernel,
                          [p.case_id for p in req.problems], req.fam.name)
     print("\n".join(S.summarize(rows)))
+    odd = disagreement_lines(rows)
+    if odd:
+        print(f"GPUs of one model that disagree beyond the run-to-run spread ({len(odd)}):\n  "
+              + "\n  ".join(odd))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(res["counts"].items()))
     print("\n".join(breakdown_lines(sweep.breakdown())))
     print(f"spak sweep: {status}; this run: {counts or 'nothing to do'}; "

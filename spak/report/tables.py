@@ -197,6 +197,23 @@ def markdown(rows: list[ResultRow], *, sources: list, plots: dict,
     lines = _intro(rows, secs, sources)
     for key, cases in secs.items():
         lines += _section(key, cases, plots, several)
+    lines += _gpus_disagree(rows)
     if leaderboard is not None:
         lines += _leaderboard(leaderboard)
     return "\n".join(lines)
+
+
+def _gpus_disagree(rows) -> list[str]:
+    """Measurements whose GPUs of one model differ beyond the run-to-run spread (rows
+    merged by spak.tune.merge), with each GPU's figure: a slow or fast GPU shows here."""
+    odd = [r for r in rows if r.get("gpus_disagree")]
+    if not odd:
+        return []
+    lines = ["## GPUs of one model that disagree", "",
+             "| GPU | shape | provider | config | per GPU (TFLOPS) | spread |",
+             "|---|---|---|---|---|---|"]
+    for r in odd:
+        per = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["gpu_tflops"].items()))
+        lines.append(f"| {r.get('gpu')} | {r.get('case')} | {r.get('provider')} | "
+                     f"{r.get('config_id')} | {per} | {r['tflops_spread']:.1%} |")
+    return lines + [""]

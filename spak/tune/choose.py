@@ -22,7 +22,9 @@ file. Since the default tiles compete, the stored config is never slower than th
 in the run that chose it. Rows of several GPUs of the same name (`spak sweep --gpus`, or
 several hosts' files) are merged first: per config and shape the median TFLOPS across the
 GPUs; the entry then records "gpus" and "tflops_spread", the largest (max - min) / median
-of the winner's shapes. One GPU's later rows replace its earlier ones.
+of the winner's shapes, and "gpus_disagree" ({case: {gpu: TFLOPS}}) where the GPUs'
+figures for the winner differ beyond the run-to-run noise (spak.tune.merge; the update's
+line warns). One GPU's later rows replace its earlier ones.
 
     spak store update results/sweep-*.jsonl      # merge a sweep's winners into the store
     spak store show                              # the store as a table
@@ -129,6 +131,9 @@ def _entry(fam, key, by_cfg: dict, min_gain: float = 0.0) -> dict:
     merged = {"gpus": gpus, "tflops_spread": round(max(r.get("tflops_spread", 0.0)
                                                        for r in m.values()), 4)} \
         if gpus > 1 else {}
+    disagree = sorted(c for c, r in m.items() if r.get("gpus_disagree"))
+    if disagree:        # the GPUs' figures for the winner differ beyond the noise
+        merged["gpus_disagree"] = {c: m[c]["gpu_tflops"] for c in disagree}
     return {"family": fam.name, "gpu": gpu_name, "kernel": kern, **dict(fields),
             "tiles": tiles,
             "config_id": cid if cid != "default" else f"default ({_tiles_text(fam, tiles)})",
@@ -175,7 +180,14 @@ def _change_line(e: dict, prev: Optional[dict]) -> str:
     return (f"{e['gpu']} {fam}{e['kernel']} {where}: {config_text(e['tiles'])} "
             f"{e['tflops']:.1f} TFLOPS"
             + (f" ({e['speedup_vs_default']:.3f}x default)" if e.get("speedup_vs_default")
-               else "") + f" [{what}]")
+               else "") + f" [{what}]"
+            + (f"; WARNING: its GPUs disagree on {', '.join(sorted(e['gpus_disagree']))}"
+               f" ({_per_gpu_text(e['gpus_disagree'])})" if e.get("gpus_disagree") else ""))
+
+
+def _per_gpu_text(d: dict) -> str:
+    return "; ".join(", ".join(f"{g} {v:.1f}" for g, v in sorted(per.items()))
+                     for per in d.values())
 
 
 def update_store(results: Iterable, path=None, *, tiles_only: bool = False,

@@ -111,7 +111,8 @@ def entry_key(e: dict) -> tuple:
     fam = entry_family(e)
     fields = key_fields(fam) or tuple(sorted(k for k in e if k not in
                                              ("family", "gpu", "kernel", "tiles",
-                                              *_INFO_STR, *_INFO_NUM, "cases")))
+                                              *_INFO_STR, *_INFO_NUM, "cases",
+                                              "gpus_disagree")))
     small = (("max_rows", e["max_rows"]),) if e.get("max_rows") is not None else ()
     return (fam, e["gpu"], e["kernel"], *(e.get(f) for f in fields), *small)
 
