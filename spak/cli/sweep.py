@@ -7,6 +7,7 @@ import argparse
 import os
 import shlex
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,20 @@ def _list(args, req: _Request) -> int:
     return 0
 
 
+def _preload_plan_checks() -> None:
+    """Import what reading the plan file needs (its field checks import the simulator's
+    numeric models, hence numba: ~2-3 s) in a thread while the workers start (seconds of
+    torch and CUDA set-up in their own processes), instead of after: the sweep's set-up
+    is its start-up plus this, once per sweep and per GPU count."""
+    def load():
+        try:
+            from spak.recipe.fields import known_models
+            known_models()
+        except Exception:  # noqa: BLE001 -- the plan step reports its own errors
+            pass
+    threading.Thread(target=load, daemon=True).start()
+
+
 def _start(args, req: _Request, commit):
     """A Sweep with its worker(s) started and the first hello, or an exit status."""
     if args.gpus and args.ray:
@@ -113,6 +128,7 @@ def _start(args, req: _Request, commit):
     else:
         sweep = Sweep(out, opts, gpus=gpus, **where)
         sweep.compiler.warm()                # helpers start beside the workers
+    _preload_plan_checks()
     try:
         hellos = sweep.start_workers() if gpus else [sweep.start_worker()]
     except RuntimeError as e:

@@ -143,8 +143,8 @@ class CompileAhead:
                 r = msg["compiled"]
                 self.unit_state[r["unit_id"]] = r
                 self.units_done += 1
-                self.compile_s += float(r.get("seconds") or 0.0)
-                self.last_done = time.monotonic()
+                self.last_done = time.monotonic()       # the helper's unit, driver's clock
+                self.compile_s += self.last_done - self.since.get(h, self.last_done)
                 self.queue[h] = [u for u in self.queue[h] if u["unit_id"] != r["unit_id"]]
                 if r.get("fatal"):
                     h.eof = True
