@@ -171,6 +171,18 @@ def test_fault_injection_reads_only_this_gpus_entry():
         tw.with_faults(base, {"SPAK_SWEEP_FAULTS": "[1]"})
 
 
+def test_a_once_fault_hangs_one_gpu_once(tmp_path, monkeypatch):
+    """"once": the first job of the config on gpu1 hangs; the others (on any GPU) run."""
+    marker = tmp_path / "fired"
+    monkeypatch.setenv("SPAK_SWEEP_FAULTS", json.dumps(
+        {"1": {"hang": ["64x64/o1/c1", "128x64/o1/c1"], "once": str(marker)}}))
+    s, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.01}, ["0", "1"], timeout=1.5)
+    rows = _results(out)
+    _check_rows(rows, jobs)
+    assert marker.exists() and all(r["status"] == "ok" for r in rows)
+    assert len([r for r in rows if r.get("attempts") == 2]) == 1
+
+
 def test_a_gpu_whose_worker_cannot_restart_leaves_and_its_shapes_move(tmp_path):
     fake = {"delay_s": 0.01, "crash": ["128x64/o2/c1"]}
 

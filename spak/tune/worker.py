@@ -312,6 +312,8 @@ class GpuRunner:
 #: (the GPU script of issue 36) and on the CPU: JSON {GPU: {"hang": [...], "crash": [...]}},
 #: GPU a CUDA_VISIBLE_DEVICES entry ("1"), lists of config ids or "ID@CASE" as FakeRunner's.
 #: A "hang" job sleeps in the worker (the driver's --timeout kills it); a "crash" exits.
+#: "once": a file path; the first fault creates it and no fault fires while it exists (so
+#: a fresh worker on that GPU, or the retry, runs the job normally).
 FAULTS_ENV = "SPAK_SWEEP_FAULTS"
 
 
@@ -330,10 +332,20 @@ class FaultInjector:
         lst = self.faults.get(key) or ()
         return job["config_id"] in lst or f"{job['config_id']}@{job['case']}" in lst
 
+    def _fire(self) -> bool:
+        once = self.faults.get("once")
+        if not once:
+            return True
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+
     def run(self, job: dict) -> dict:
-        if self._hit("hang", job):
+        if self._hit("hang", job) and self._fire():
             time.sleep(10 ** 6)
-        if self._hit("crash", job):
+        if self._hit("crash", job) and self._fire():
             os._exit(13)
         return self.runner.run(job)
 
