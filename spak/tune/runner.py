@@ -10,7 +10,8 @@ worker takes the remaining configs. With ``retry_faults`` (``--gpus``), a job wh
 faulted (timeout, crash, lost CUDA context) runs once more before its failure is recorded
 ("attempts": 2, "retried_after": the first failure, "retried_from": its GPU), on another
 GPU when there is one (which then times the shape's peers and default too), so a config
-that hangs one GPU is tried on another while that GPU's fresh worker goes on; a GPU whose worker cannot start again leaves the sweep, its shapes going to the others.
+that hangs one GPU is tried on another while that GPU's fresh worker goes on; a GPU whose
+worker cannot start again leaves the sweep, its shapes going to the others.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from spak import families
 from spak.results.jsonl import ResultsWriter
 from spak.tune.compile_ahead import CompileAhead
 from spak.tune.jobs import Job, job_seconds
-from spak.tune.pool import WorkerProcess, log_tail
 from spak.tune import timeline
+from spak.tune.pool import WorkerProcess, log_tail
 from spak.tune.slots import ShapeQueue, Slot
 from spak.tune.space import config_id, tile_keys
 

@@ -50,8 +50,8 @@ from spak.tune.runner import SCHEMA, SCHEMAS_READ, format_seconds
 from spak.tune.space import ROOT, describe_override, expand_space, load_space, tile_keys
 
 __all__ = ["SCHEMA", "RESULT_FIELDS", "SweepPlan", "select_problems", "plan_sweep",
-           "done_keys", "done_by_gpu", "anchors_by_gpu", "gpu_list", "auto_out_path", "auto_compile_jobs", "run_env", "start_line",
-           "end_line", "result_rows", "summarize", "list_lines", "header_text",
+           "done_keys", "done_by_gpu", "anchors_by_gpu", "gpu_list", "auto_out_path",
+           "auto_compile_jobs", "MAX_AUTO_COMPILE_JOBS", "run_env", "start_line", "end_line", "result_rows", "summarize", "list_lines", "header_text",
            "read_results"]
 
 #: What a result line holds (kind == "result"). Lines of kind "start"/"end" frame each
