@@ -7,6 +7,7 @@ compiler fact where sm_120 differs from sm_90), the FMHA gates under each model,
 nvdisasm is installed, that the cubins still show what the models assume.
 """
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import cuda.tile as ct
 from spak.cli import main
 from spak.sim.numerics import MODELS, Sm89, Sm90, Sm120, get_model
 from tests import tools
+from tests.oracles import hand_rows_sm120, warp_row_sums
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,32 +50,15 @@ def test_sm120_adds_a_lanes_four_neighbours_as_halves():
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((64, 128)) * 2.0 ** rng.integers(-8, 8, (64, 1))).astype(np.float32)
     s120 = get_model("sm_120").sum(x, (1,), ct.float32)
-    # against the warp written out lane by lane (not the model's tree_sum_f32)
-    assert (bits(s120) == bits(_warp_row_sums(x, (0, 2, 1, 3)))).all()
+    # against the warp written out lane by lane (tests/oracles.py), not the model's
+    # own tree_sum_f32, and against rows summed by hand
+    rows, sums = hand_rows_sm120()
+    assert (bits(get_model("sm_120").sum(rows, (1,), ct.float32)) == bits(sums)).all()
+    assert (bits(s120) == bits(warp_row_sums(x, (0, 2, 1, 3)))).all()
     assert (bits(s120) != bits(get_model("sm_90").sum(x, (1,), ct.float32))).any()
     # the mma-fragment order is the same on all three
     f = get_model("sm_120").sum(x, (1,), ct.float32, layout="mma")
     assert (bits(f) == bits(get_model("sm_90").sum(x, (1,), ct.float32, layout="mma"))).all()
-
-
-def _warp_row_sums(x, chunk):
-    """An independent oracle for the row sum of a loaded float32 tile, from the compiler
-    facts read from the SASS (docs/numerics-sm120.md; ci/sass_trace_mma.py): lane t holds
-    x[4t .. 4t+3] (one 16-byte load) and adds them as (x[a] + x[b]) + (x[c] + x[d]) with
-    chunk = (a, b, c, d); the lanes then meet by butterfly shuffles, the widest first
-    (lane t adds lane t ^ m, m = lanes/2 .. 1). Plain Python over lanes, float32 scalars."""
-    out = []
-    f = np.float32
-    for row in np.asarray(x, np.float32):
-        a, b, c, d = chunk
-        v = [(f(row[4 * t + a]) + f(row[4 * t + b])) + (f(row[4 * t + c]) + f(row[4 * t + d]))
-             for t in range(row.size // 4)]
-        m = len(v) // 2
-        while m:
-            v = [f(v[t] + v[t ^ m]) for t in range(len(v))]
-            m //= 2
-        out.append(v[0])
-    return np.array(out, np.float32)
 
 
 @pytest.mark.parametrize("model", ["sm_120", "sm_89"])
@@ -120,6 +105,14 @@ def test_the_cubin_row_sum_of_a_loaded_tile_is_each_models_order():
         r = tool.analyse_rowsum(arch, 64, 64)
         assert r["chunk_order"] == chunk and r["butterfly_masks_first_to_last"] == [8, 4, 2, 1]
         assert r["row_sum_matches_model"] is True
+    # the oracle of tests/oracles.py (which feeds calibrate's sm_120 record) is what
+    # the cubin computes: its traced expression evaluated on the hand-worked rows
+    r = tool.analyse_rowsum("sm_120", 64, 128)
+    code = re.sub(r"L\d+\[(\d)\]", lambda m: f"_X[4 * t + {m.group(1)}]",
+                  r["row_expression"])
+    rows, sums = hand_rows_sm120()
+    got = [np.float32(tool._evaluator(code, {"_X": x})(0)) for x in rows]
+    assert (bits(np.array(got)) == bits(sums)).all()
     # the evaluation can fail: sm_120's traced order is not sm_90's model
     r = tool.analyse_rowsum("sm_120", 64, 64)
     assert tool.loaded_sum_matches(r["row_expression"], 64, "sm_90") is False
