@@ -1499,7 +1499,7 @@ class Sm120(Sm90):
       sim/data/sm120_mufu.npz replaces them); fp32 -> fp16/bf16 is RNE."""
 
     name = "sm_120"
-    sum_chunk = "adjacent"
+    sum_chunk = "halving"
     row_chain_256 = False       # measured on sm_90 only
     col_sums_mma = False
     raw_sums = False            # measured on sm_90 only
