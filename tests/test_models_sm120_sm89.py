@@ -111,8 +111,13 @@ def test_the_cubin_row_sum_of_a_loaded_tile_is_each_models_order():
     code = re.sub(r"L\d+\[(\d)\]", lambda m: f"_X[4 * t + {m.group(1)}]",
                   r["row_expression"])
     rows, sums = hand_rows_sm120()
-    got = [np.float32(tool._evaluator(code, {"_X": x})(0)) for x in rows]
-    assert (bits(np.array(got)) == bits(sums)).all()
+    rng = np.random.default_rng(39)
+    rand = (rng.standard_normal((64, 128)) * 2.0 ** rng.integers(-20, 20, (64, 128)))
+    got = np.array([tool._evaluator(code, {"_X": x})(0) for x in rows], np.float32)
+    assert (bits(got) == bits(sums)).all()
+    got = np.array([tool._evaluator(code, {"_X": x})(0) for x in rand.astype(np.float32)],
+                   np.float32)
+    assert (bits(got) == bits(warp_row_sums(rand))).all()
     # the evaluation can fail: sm_120's traced order is not sm_90's model
     r = tool.analyse_rowsum("sm_120", 64, 64)
     assert tool.loaded_sum_matches(r["row_expression"], 64, "sm_90") is False
