@@ -41,3 +41,16 @@ def require(name: str) -> str:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(msg + ": CI must install it (pyproject.toml's `test` extra)")
     pytest.skip(msg)
+
+
+def import_or_skip(module: str, install: str):
+    """pytest.importorskip, except that in CI a missing module the package index provides
+    FAILS (ci/cpu.sh installs it: `install` says how)."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        msg = f"{module} not installed ({install}): {exc}"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(msg + ": CI must install it", pytrace=False)
+        pytest.skip(msg, allow_module_level=True)
