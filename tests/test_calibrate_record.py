@@ -63,6 +63,7 @@ def _hand_fmha_cases(path):
     anything: q = 0 makes every score 0 and every probability exactly 1, so each output row
     is the mean of V's rows; V holds small integers and Sk = 128, so the mean is exact in
     fp16 and bf16 (a sum of integers, divided by a power of two)."""
+    from spak.core.metrics import round_to_bf16
     from spak.gpu.plan import default_tiles
     rng = np.random.default_rng(39)
     dump = {}
@@ -74,6 +75,8 @@ def _hand_fmha_cases(path):
             v = rng.integers(-8, 9, (1, 2, 128, 64)).astype(np.float32)
             if dtype == "fp16":
                 q, k, v = (a.astype(np.float16) for a in (q, k, v))
+            else:
+                k = round_to_bf16(k)         # bf16 values in float32 storage
             out = np.broadcast_to(v.astype(np.float64).mean(axis=2, keepdims=True), q.shape)
             gpu = out.astype(np.float16 if dtype == "fp16" else np.float32)
             assert (gpu.astype(np.float64) == out).all()      # exact in either dtype
