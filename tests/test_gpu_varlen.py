@@ -26,6 +26,7 @@ def _ragged(rng, dtype):
     lk = rng.integers(0, 300, b)
     lq[rng.integers(b)] = 1
     lk[rng.integers(b)] = 0
+    lk[np.argmax(lk)] = max(int(lk.max()), 1)     # some key somewhere
     hkv = int(rng.choice([1, 2]))
     hq, d = hkv * int(rng.choice([2, 4])), int(rng.choice([64, 128]))
     cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
@@ -38,20 +39,23 @@ def _ragged(rng, dtype):
                 cu_seqlens_q=cq, cu_seqlens_k=ck)
 
 
-def _on_gpu(x, dtype, causal, tiles=None):
+def _on_gpu(x, dtype, causal):
+    """spak.fmha_varlen as a user calls it (its tiles looked up at run time), and the
+    config it launched (spak.varlen.launch_config: the same lookup, for the simulator)."""
     import torch
     import spak
+    from spak.varlen import launch_config
     tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
 
     def t(a):
         y = torch.from_numpy(np.ascontiguousarray(a)).cuda()
         return y.to(tdt) if a.ndim == 3 else y
-    cq, ck = x["cu_seqlens_q"], x["cu_seqlens_k"]
-    out = spak.fmha_varlen(t(x["q"]), t(x["k"]), t(x["v"]), t(cq), t(ck),
-                           int(np.diff(cq).max()), int(np.diff(ck).max()), is_causal=causal,
-                           tiles=tiles)
+    q, k, v, cq, ck = (t(x[n]) for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"))
+    mq, mk = (int(np.diff(x[n]).max()) for n in ("cu_seqlens_q", "cu_seqlens_k"))
+    out = spak.fmha_varlen(q, k, v, cq, ck, mq, mk, is_causal=causal)
     torch.cuda.synchronize()
-    return out.cpu().numpy() if dtype == "fp16" else out.float().cpu().numpy()
+    config = launch_config(q, cq, mq, mk, causal)
+    return (out.cpu().numpy() if dtype == "fp16" else out.float().cpu().numpy()), config
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -61,25 +65,22 @@ def test_fmha_varlen_matches_float64_and_the_simulator(dtype, causal):
     from spak.attention.kvcache_ref import varlen_attention_f64
     from spak.core.metrics import fraction_bit_identical, gate_for, rel_l2
     from spak.cpu.simrun_decode import simulate_varlen
-    from spak.gpu.plan_decode import default_varlen_tiles
     seed = SEED + 7 * causal + (dtype == "bf16")
     x = _ragged(np.random.default_rng(seed), dtype)
     why = f"seed {seed}, runs q {np.diff(x['cu_seqlens_q'])} k {np.diff(x['cu_seqlens_k'])}"
     ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
                                causal=causal)
-    # the user's call (tiles from the store or the defaults) against float64
-    got = _on_gpu(x, dtype, causal)
+    got, config = _on_gpu(x, dtype, causal)
     assert got.shape == ref.shape and np.isfinite(got).all(), why
     assert rel_l2(got, ref) <= gate_for(dtype), (rel_l2(got, ref), why)
     # rows that see no key are exactly 0 (never NaN)
     assert (got[ref == 0] == 0).all(), why
-    # the same launches in the simulator, at the same tiles, bit for bit
+    # the same launches in the simulator, at the config the GPU call launched, bit for bit
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
-    tiles = default_varlen_tiles(x["q"].shape[2], arch, causal)
-    got = _on_gpu(x, dtype, causal, tiles=tiles)
-    sim, _ = simulate_varlen(x, dtype=dtype, causal=causal, tiles=tiles,
+    sim, _ = simulate_varlen(x, dtype=dtype, causal=causal, tiles=config,
                              model=arch if arch in ("sm_90", "sm_120", "sm_89") else "sm_90")
+    why += f", config {config}"
     frac = fraction_bit_identical(got, sim, dtype)
     print(f"varlen {dtype} causal={causal} {why}: {100 * frac:.4f}% bit-identical to the "
           f"simulator, rel L2 vs float64 {rel_l2(got, ref):.2e}")
