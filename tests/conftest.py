@@ -67,3 +67,19 @@ def cpu_launch(monkeypatch):
     real = vl.validate_varlen
     monkeypatch.setattr(vl, "validate_varlen", lambda *a, **kw: real(*a, **kw,
                                                                        require_cuda=False))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skipped tests counted by reason, every run (CI included): a new skip, e.g. a tool
+    that stopped installing, shows as a new line here instead of hiding in the dots."""
+    reasons: dict[str, int] = {}
+    for rep in terminalreporter.stats.get("skipped", []):
+        longrepr = rep.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.section(f"skipped tests by reason ({sum(reasons.values())} in all)")
+    for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        terminalreporter.write_line(f"{n:6d}  {reason}")
+    if not reasons:
+        terminalreporter.write_line("     0  (none skipped)")

@@ -139,9 +139,37 @@ def test_valid_inputs_pass_without_cuda_check():
                  require_cuda=False)
 
 
-def test_zero_size_dims_are_valid_shapes():
-    for kw in (dict(B=0), dict(Sq=0), dict(Sk=0), dict(Hq=0, Hkv=0)):
-        validate(*qkv(**kw), require_cuda=False)
+@pytest.mark.parametrize("kw,sizes,filled", [
+    (dict(B=0), (0, 2, 2, 8, 8), None), (dict(Sq=0), (1, 2, 2, 0, 8), None),
+    (dict(Sk=0), (1, 2, 2, 8, 0), 0.0), (dict(Hq=0, Hkv=0), (1, 0, 0, 8, 8), None)])
+def test_zero_size_dims_give_the_documented_output(monkeypatch, kw, sizes, filled):
+    """docs/errors.md: B, Hq or Sq = 0 give an empty output, Sk = 0 gives zeros; nothing is
+    launched. Through spak.fmha (CPU tensors: only the CUDA check and the launch are
+    replaced, and the launch fails the test if it is reached)."""
+    import spak.api as api
+    import spak.gpu.launch as gl
+    c = validate(*qkv(**kw, Dv=32), require_cuda=False)
+    assert (c.B, c.Hq, c.Hkv, c.Sq, c.Sk, c.D, c.Dv) == sizes + (16, 32)
+
+    def launched(*a, **k):
+        raise AssertionError("a zero-size problem launched a kernel")
+    monkeypatch.setattr(api, "validate", lambda *a, **k: validate(*a, require_cuda=False, **k))
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", "H100"))
+    monkeypatch.setattr(gl, "fmha_into", launched)
+    monkeypatch.setattr(gl, "current_raw_stream", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    api._VALIDATED.clear()
+    try:
+        q, k, v = qkv(**kw, Dv=32)
+        out = spak.fmha(q, k, v)
+    finally:
+        api._VALIDATED.clear()             # filled without the CUDA check
+    B, Hq, _, Sq, _ = sizes
+    assert out.shape == (B, Hq, Sq, 32) and out.dtype == F16
+    if filled is None:
+        assert out.numel() == 0
+    else:
+        assert out.numel() > 0 and (out == filled).all()
 
 
 def test_import_spak_does_not_import_torch():

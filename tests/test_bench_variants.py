@@ -19,8 +19,15 @@ import varlen_bench_kernels  # noqa: E402
 
 @pytest.mark.parametrize("name", sorted(varlen_bench_kernels.EDITS))
 def test_varlen_edits_build(name):
+    """The built kernel is a cuTile kernel whose source is the edited text: every edit's
+    new code in it, none of the replaced code (helper 38 may move these ci/ loaders)."""
+    from pathlib import Path
+    import cuda.tile as ct
     kernel = varlen_bench_kernels.variant_kernel(name)
-    assert kernel is not None and callable(getattr(kernel, "__call__", None))
+    assert isinstance(kernel, ct.kernel) and kernel._pyfunc.__name__ == "fmha_varlen_kernel"
+    source = Path(kernel._pyfunc.__code__.co_filename).read_text()
+    for old, new in varlen_bench_kernels.EDITS[name]:
+        assert new in source and old not in source, (name, old)
 
 
 @pytest.mark.parametrize("name", sorted(decode_gap_bench.DECODE_EDITS))

@@ -1,10 +1,14 @@
 """`spak calibrate --record DIR` / `--check --data DIR` for GPUs we do not own (issue 22).
 
 No GPU here: the record is assembled the way --record writes it, with the GPU's part played
-by MMA-Sim's RTX Blackwell model (mma), the H200's probe fixture (the elementwise ops the
-sm_120 model assumes are sm_90's), the sm_120 row-sum order read from its SASS, and the
-simulator (the FMHA cases, through calibrate.record_agreement's `run` hook). The check must pass on that record and fail,
-naming the op, when one recorded bit is changed.
+by data the simulator did not produce: MMA-Sim's RTX Blackwell model (mma), the H200's probe
+fixture (the elementwise ops the sm_120 model assumes are sm_90's), row sums worked out by
+hand and by a lane-by-lane oracle of the order read from sm_120's SASS (tests/oracles.py;
+tests/test_models_sm120_sm89.py ties it to the cubin), and FMHA cases whose output is known
+exactly by construction (q = 0: every probability is 1, the output is the mean of V's
+integer rows over a power-of-two key count). The check must pass on that record and fail,
+naming the op, when one recorded bit is changed. The real-GPU flow (--record then --check
+on an H100) is tests/test_gpu_calibrate.py.
 """
 import json
 import shutil
@@ -15,7 +19,8 @@ import pytest
 
 from spak.cli import main
 from spak.device import calibrate
-from spak.sim.numerics import MUFU_TABLES, tree_sum_f32
+from spak.sim.numerics import MUFU_TABLES
+from tests.oracles import hand_rows_sm120, warp_row_sums
 
 pytest.importorskip("torch")
 pytest.importorskip("mmasim")
@@ -42,9 +47,52 @@ def _sim_as_gpu(model):
     return run
 
 
+def _hand_sums():
+    """The fixture's H200 rows of 128 with the first 4 replaced by the hand-worked rows;
+    their sm_120 sums: by hand for those, by the lane-by-lane SASS-order oracle for the rest."""
+    x = DATA["sum_x"].copy()
+    rows, sums = hand_rows_sm120()
+    x[0, :4] = rows
+    y = warp_row_sums(x)
+    assert (y[0, :4] == sums).all()            # the oracle agrees with the hand
+    return x, y
+
+
+def _hand_fmha_cases(path):
+    """agreement.npz (ci/agree_replay.py's format) with outputs known without running
+    anything: q = 0 makes every score 0 and every probability exactly 1, so each output row
+    is the mean of V's rows; V holds small integers and Sk = 128, so the mean is exact in
+    fp16 and bf16 (a sum of integers, divided by a power of two)."""
+    from spak.core.metrics import round_to_bf16
+    from spak.gpu.plan import default_tiles
+    rng = np.random.default_rng(39)
+    dump = {}
+    n = 0
+    for dtype in ("fp16", "bf16"):
+        for kernel in ("fused", "naive"):
+            q = np.zeros((1, 2, 37, 64), np.float32)
+            k = rng.standard_normal((1, 2, 128, 64)).astype(np.float32)
+            v = rng.integers(-8, 9, (1, 2, 128, 64)).astype(np.float32)
+            if dtype == "fp16":
+                q, k, v = (a.astype(np.float16) for a in (q, k, v))
+            else:
+                k = round_to_bf16(k)         # bf16 values in float32 storage
+            out = np.broadcast_to(v.astype(np.float64).mean(axis=2, keepdims=True), q.shape)
+            gpu = out.astype(np.float16 if dtype == "fp16" else np.float32)
+            assert (gpu.astype(np.float64) == out).all()      # exact in either dtype
+            meta = {"case": f"{kernel}|hand-{dtype}", "scale": None, "causal": False,
+                    "dtype": dtype, "tiles": dict(default_tiles(64, "sm_120", False))}
+            dump.update({f"{n:03d}/q": q, f"{n:03d}/k": k, f"{n:03d}/v": v,
+                         f"{n:03d}/gpu": gpu, f"{n:03d}/meta": np.frombuffer(
+                             json.dumps(meta).encode(), np.uint8)})
+            n += 1
+    np.savez_compressed(path / calibrate.AGREEMENT, **dump)
+
+
 @pytest.fixture
-def record(tmp_path, monkeypatch):
-    """A calibration directory as `spak calibrate --record` on an RTX 5070 would write it."""
+def record(tmp_path):
+    """A calibration directory as `spak calibrate --record` on an RTX 5070 would write it,
+    from data the model did not produce (module docstring)."""
     O = _oracle()
     rng = np.random.default_rng(22)
     for dt in ("fp16", "bf16"):
@@ -55,19 +103,28 @@ def record(tmp_path, monkeypatch):
             np.savez(tmp_path / f"probe_{base}.npz", **{
                 base + "_a": a.astype(np.float32), base + "_b": b.astype(np.float32),
                 base + "_c": c, base + "_d": d})
+    sum_x, sum_y = _hand_sums()
     np.savez(tmp_path / "probe_elementwise.npz", x=DATA["exp2__x"], y=DATA["exp2__y"],
              div_x=DATA["div__div_x"], div_y=DATA["div__div_y"], div_q=DATA["div__div_q"],
              cast_x=DATA["cast__cast_x"], cast_f16=DATA["cast__cast_f16"],
-             cast_bf16=DATA["cast__cast_bf16"], sum_x=DATA["sum_x"],
-             # rows of a loaded tile: sm_120's order (its SASS), not the H200's
-             sum_y=tree_sum_f32(DATA["sum_x"], 2, "halving"))
+             cast_bf16=DATA["cast__cast_bf16"], sum_x=sum_x, sum_y=sum_y)
     shutil.copy(MUFU_TABLES, tmp_path / "sm90_mufu.npz")
+    _hand_fmha_cases(tmp_path)
+    (tmp_path / calibrate.CALIBRATION).write_text(json.dumps({"arch": "sm_120"}))
+    return tmp_path
+
+
+def test_record_agreement_round_trips_through_the_check(tmp_path, monkeypatch, capsys):
+    """The writer's format only: the simulator stands in for the GPU here, so the 100% it
+    prints is the simulator agreeing with itself, not evidence about any GPU."""
     from spak.attention import problems
     monkeypatch.setitem(problems.SHAPE_SETS, "tiny-calibration", TINY)
     monkeypatch.setattr(calibrate, "AGREEMENT_SET", "tiny-calibration")
     assert calibrate.record_agreement(tmp_path, "sm_120", run=_sim_as_gpu("sm_120")) == 4
     (tmp_path / calibrate.CALIBRATION).write_text(json.dumps({"arch": "sm_120"}))
-    return tmp_path
+    assert main(["calibrate", "--check", "--data", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("fmha") == 4 and "REFUTED" not in out
 
 
 def test_check_reads_the_record_with_the_recorded_arch_model(record, capsys):

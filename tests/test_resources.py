@@ -7,13 +7,13 @@ hand-computed cases. ci/occupancy_check.py compares both with the CUDA driver on
 """
 from __future__ import annotations
 
-import shutil
 import struct
 import subprocess
 
 import pytest
 
 from spak.gpu.resources import SM_LIMITS, KernelResources, blocks_per_sm, read_cubin
+from tests import tools
 
 
 # ------------------------------------------------------------------ a synthetic cubin
@@ -195,17 +195,15 @@ def test_a_real_fused_build():
 
 @pytest.mark.slow
 def test_cuobjdump_reads_the_same_numbers(tmp_path):
-    """Where NVIDIA's cuobjdump is installed (nvidia-cuda-cuobjdump, not a dependency),
-    its resource usage must match ours (shared memory: see the assert)."""
+    """NVIDIA's cuobjdump (nvidia-cuda-cuobjdump, in the `test` extra) reads the same
+    resource usage as ours (shared memory: see the assert)."""
     pytest.importorskip("cuda.tile")
     import io
     import re
     from cuda.tile.compilation import export_kernel
     from spak.gpu.compile import _signature, variant_launches
     from spak.gpu.variants import with_hints
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("cuobjdump not installed")
+    tool = tools.require("cuobjdump")      # a skip here, a failure in CI (tests/tools.py)
     (launch,) = variant_launches("fused", dtype="float16", head_dim=128, causal=True,
                                  has_mask=False, tiles={"TILE_M": 128, "TILE_N": 64})
     kernel = with_hints(launch.kernel, occupancy=3)
@@ -222,12 +220,3 @@ def test_cuobjdump_reads_the_same_numbers(tmp_path):
     # cuobjdump counts the section, the 1 KiB system window included; we (and the
     # driver's cuFuncGetAttribute) count the kernel's own bytes
     assert (k.registers, k.stack_bytes, k.shared_bytes + 1024) == (regs, stack, shared)
-
-
-def _cuobjdump():
-    try:
-        import nvidia.cu13 as cu13
-        found = shutil.which("cuobjdump", path=list(cu13.__path__)[0] + "/bin")
-    except (ImportError, IndexError):
-        found = None
-    return found or shutil.which("cuobjdump")

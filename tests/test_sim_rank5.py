@@ -7,6 +7,7 @@ import pytest
 
 import cuda.tile as ct
 from spak import sim
+from spak.sim.errors import SimulationError
 
 C = ct.Constant[int]
 
@@ -62,5 +63,5 @@ def test_6d_contiguous_dims_merge():
 
 def test_5d_box_outside_raises():
     x = _rand((2, 1, 1, 8, 4), 5)
-    with pytest.raises(Exception, match="outside"):
+    with pytest.raises(SimulationError, match="lies entirely outside array 'X'"):
         sim.launch(_copy5, (3, 1, 1), (x, np.zeros_like(x), 8, 4))

@@ -317,11 +317,15 @@ def test_kernel_variants_are_cached_and_validated():
 
 @pytest.mark.slow
 def test_hinted_variant_compiles_for_sm90():
-    """occupancy/num_ctas variants go through tileiras (on the CPU, no GPU needed)."""
+    """occupancy/num_ctas variants go through tileiras (on the CPU, no GPU needed) and the
+    hint reaches the compiler: occupancy 2 is met (2 blocks of 256 threads an SM, no
+    spills); num_ctas 2 gives other machine code than the same kernel without it."""
     import io
     from cuda.tile.compilation import export_kernel
     from spak.gpu import compile as gc
+    from spak.gpu.resources import blocks_per_sm, read_cubin
     from spak.gpu.variants import apply_hints
+    built = {}
     for hints in ({"occupancy": 2}, {"num_ctas": 2}):
         L = apply_hints(gc.variant_launches("fused", dtype="float16", head_dim=64, causal=True,
                                             has_mask=False,
@@ -329,7 +333,11 @@ def test_hinted_variant_compiles_for_sm90():
         buf = io.BytesIO()
         export_kernel(L.kernel, [gc._signature(L.kernel, L.args, "launch")], buf,
                       gpu_code="sm_90", output_format="cubin")
-        assert len(buf.getvalue()) > 1000
+        (k,) = read_cubin(buf.getvalue())
+        assert k.name.startswith("fmha_fwd_kernel") and k.threads == 256 and k.stack_bytes == 0
+        built[next(iter(hints))] = k
+    assert blocks_per_sm(built["occupancy"], "sm_90")[0] >= 2
+    assert built["num_ctas"].code_sha1 != built["occupancy"].code_sha1
 
 
 # ------------------------------------------------------------------ the GPU runner, on the CPU

@@ -1,6 +1,7 @@
 """`spak sweep --ray` on a local Ray instance with fake GPU resources and the fake timing
 backend (spak.tune.worker.FakeRunner). Skipped where Ray is not installed (it is the
-optional `cluster` extra, not part of `test`)."""
+optional `cluster` extra, not part of `test`), except in CI, which installs it (ci/cpu.sh):
+there a missing Ray fails (tests/tools.py)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ from spak.attention.problems import select_cases
 from spak.results.jsonl import ResultsWriter, read_results
 from spak.tune import jobs as tj, runner as tr, space as ts
 
-ray = pytest.importorskip("ray")
+from tests import tools  # noqa: E402
+ray = tools.import_or_skip("ray", 'pip install -e ".[cluster]"')
 from spak.tune import cluster  # noqa: E402  (after the skip: it is for --ray only)
 
 pytestmark = pytest.mark.slow
