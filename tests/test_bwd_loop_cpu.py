@@ -206,7 +206,8 @@ def test_peers_compute_spak_gradients_and_forward_backward_rows(sim_launch):
     x = BWD.gpu_inputs(spec, 0, 0, "cpu")
     ref = BWD.gpu_reference(spec, x)
     assert list(BWD.peer_calls(spec, x)) == ["sdpa-cudnn", "sdpa-flash",
-                                             "fwd+bwd:spak-fused", "fwd+bwd:sdpa-cudnn"]
+                                             "fwd+bwd:spak-fused", "fwd+bwd:sdpa-cudnn",
+                                             "fwd+bwd:sdpa-flash"]
     with pytest.raises(ValueError, match="unknown fmha_bwd peer"):
         BWD.peer_calls(spec, x, names=["sdpa-bogus"])
     peers = BWD.peer_calls(spec, x, names=["sdpa-math", "fwd+bwd:sdpa-math",
@@ -276,7 +277,7 @@ def test_run_case_times_the_backward_beside_its_peers(sim_launch):
                          lambda r: None, BWD)
     by = {r["provider"]: r for r in rows}
     assert list(by) == ["spak-fused", "sdpa-cudnn", "sdpa-flash", "fwd+bwd:spak-fused",
-                        "fwd+bwd:sdpa-cudnn"]
+                        "fwd+bwd:sdpa-cudnn", "fwd+bwd:sdpa-flash"]
     ours = by["spak-fused"]
     assert ours["passed"] and ours["family"] == "fmha_bwd" and ours["sim"][
         "fraction_bit_identical"] == 1.0
