@@ -391,10 +391,39 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         # no query rows: k and v had no effect; no keys: out was 0 whatever q was
         return dq.zero_(), dk.zero_(), dv.zero_()
     mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
+    tiles, hints = _bwd_config(q.device, q.dtype, D, is_causal, Sk)
     _on_device(q.device, lambda stream: gl.fmha_bwd_into(
         "fused", q, k, v, out, dout, lse.contiguous(), dq, dk, dv, mask=mask,
-        causal=is_causal, scale=scale, stream=stream))
+        causal=is_causal, scale=scale, stream=stream, tiles=tiles, hints=hints))
     return dq, dk, dv
+
+
+_bwd_cache: dict = {}
+
+
+def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
+    """(tiles, hints) of the tuned store's fmha_bwd entry for the device's GPU (`spak
+    sweep --family fmha_bwd`; its store key: dtype, head dim, causal, key-length bucket),
+    or (None, None): the backward's default tiles and the kernels' own hints. Memoised per
+    (problem class, store file version), as the forward's lookup."""
+    if device.type != "cuda":
+        return None, None
+    _, gpu_name = _device_info(device)
+    dt = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
+    key = (gpu_name, dt, D, causal, tuned.seq_bucket(Sk), _store_version())
+    if key not in _bwd_cache:
+        found = tuned.lookup_key("fmha_bwd", gpu_name, "fused",
+                                 {"dtype": dt, "head_dim": D, "causal": causal,
+                                  "seq_bucket": tuned.seq_bucket(Sk)})
+        if not found:
+            _bwd_cache[key] = (None, None)
+        else:
+            from spak.gpu.plan_bwd import BWD_TILE_KEYS
+            t = {k: int(found[k]) for k in BWD_TILE_KEYS if found.get(k) is not None}
+            h = {k: int(found[k]) for k in ("occupancy", "num_ctas")
+                 if found.get(k) is not None}
+            _bwd_cache[key] = (t or None, h or None)
+    return _bwd_cache[key]
 
 
 _bwd_op = torch.library.custom_op("spak::fmha_bwd", mutates_args=())(_bwd_impl)

@@ -92,3 +92,29 @@ def test_resolve_tiles_passes_rows(monkeypatch, tmp_path):
     assert (small["TILE_N"], small["occupancy"]) == (128, 2)
     assert (big["TILE_N"], big["occupancy"]) == (64, 4) and none == big
     api._lookup_cache.clear()
+
+
+def test_the_backward_looks_up_its_tuned_entry(monkeypatch, tmp_path):
+    """spak.fmha's backward takes the fmha_bwd store entry of the GPU (tiles and hints, by
+    dtype, head dim, causal and key-length bucket); none: the defaults (None, None)."""
+    from types import SimpleNamespace
+    from spak import api
+    cfg = {"DKV_TILE_M": 32, "DKV_TILE_N": 128, "DQ_TILE_M": 128, "DQ_TILE_N": 64,
+           "occupancy": 1, "num_ctas": 1}
+    e = tuned.make_entry(GPU, "fused", "bf16", 128, True, 8192, cfg, family="fmha_bwd")
+    fwd = tuned.make_entry(GPU, "fused", "bf16", 64, True, 8192, {"TILE_M": 128,
+                                                                   "TILE_N": 64})
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(_store(tmp_path, [e, fwd])))
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", GPU))
+    import torch
+    cuda = SimpleNamespace(type="cuda")
+    api._bwd_cache.clear()
+    tiles, hints = api._bwd_config(cuda, torch.bfloat16, 128, True, 8000)
+    assert tiles == {k: cfg[k] for k in ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N")}
+    assert hints == {"occupancy": 1, "num_ctas": 1}
+    # another dtype, head dim or causal flag: no entry; the forward's entry is not taken
+    assert api._bwd_config(cuda, torch.float16, 128, True, 8000) == (None, None)
+    assert api._bwd_config(cuda, torch.bfloat16, 64, True, 8000) == (None, None)
+    assert api._bwd_config(SimpleNamespace(type="cpu"), torch.bfloat16, 128, True,
+                           8000) == (None, None)
+    api._bwd_cache.clear()
