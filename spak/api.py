@@ -187,8 +187,23 @@ def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
         return {**base, **tiles}
     found = _lookup(gpu_name, kernel, str(dtype), D, causal, Sk, rows)
     if found:
-        return {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
-    return base
+        base = {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
+    return off_grid_config(base, D, Sk, arch) if kernel == "fused" else base
+
+
+def off_grid_config(cfg: dict, D: int, Sk: int, arch: str) -> dict:
+    """The tuned or default config for a key length off the 16-grid (issue 35). ct.launch
+    declares an extent divisible by 16 only when it is; for a ragged Sk, the fused
+    forward's sm_90 cubin at D <= 64 with 128 x 128 tiles then spills 368 bytes a thread
+    (64 when Sk is declared divisible; tileiras 13.4 on the CPU), and spak.fmha ran ~1/3
+    slower (H100, 16 x 1000: 242 TFLOPS against 382 at 16 x 1024). 64 query rows with
+    occupancy 2 do not spill there (0 bytes, ragged or not) and took 0.678 of the time on
+    that shape, bit-identical (results/issue18-h100-2026-11-28, run 20): that config is
+    used instead. Explicit tiles are never changed (resolve_tiles returns them first)."""
+    if Sk % 16 == 0 or arch != "sm_90" or D > 64 or cfg.get("TILE_M") != 128 \
+            or cfg.get("TILE_N") != 128:
+        return cfg
+    return {**cfg, "TILE_M": 64, "occupancy": 2}
 
 
 @functools.lru_cache(maxsize=None)
