@@ -199,9 +199,10 @@ def off_grid_config(cfg: dict, D: int, Sk: int, arch: str) -> dict:
     slower (H100, 16 x 1000: 242 TFLOPS against 382 at 16 x 1024). 64 query rows with
     occupancy 2 do not spill there (0 bytes, ragged or not) and took 0.678 of the time on
     that shape, bit-identical (results/issue18-h100-2026-11-28, run 20): that config is
-    used instead. Explicit tiles are never changed (resolve_tiles returns them first)."""
-    if Sk % 16 == 0 or arch != "sm_90" or D > 64 or cfg.get("TILE_M") != 128 \
-            or cfg.get("TILE_N") != 128:
+    used instead. Explicit tiles are never changed (resolve_tiles returns them first); nor
+    are key lengths within one 128-key tile (no interior loop step: unmeasured, kept)."""
+    if Sk % 16 == 0 or Sk <= 128 or arch != "sm_90" or D > 64 \
+            or cfg.get("TILE_M") != 128 or cfg.get("TILE_N") != 128:
         return cfg
     return {**cfg, "TILE_M": 64, "occupancy": 2}
 

@@ -135,6 +135,7 @@ def test_keys_off_the_16_grid_take_a_config_that_does_not_spill(monkeypatch, tmp
     assert r(64, False, 1000) == {"TILE_M": 64, "TILE_N": 128, "occupancy": 2}
     assert r(64, False, 8191) == {"TILE_M": 64, "TILE_N": 128, "occupancy": 2}
     assert r(64, True, 1000) == {"TILE_M": 128, "TILE_N": 64}          # no spill: kept
+    assert r(64, False, 100) == {"TILE_M": 128, "TILE_N": 128}         # one key tile: kept
     assert r(128, False, 1000) == {"TILE_M": 64, "TILE_N": 128}
     assert r(64, False, 1000, {"TILE_M": 128}) == {"TILE_M": 128, "TILE_N": 128}
     assert api.off_grid_config({"TILE_M": 128, "TILE_N": 128}, 64, 1000, "sm_120") == \
