@@ -435,7 +435,8 @@ def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
             _bwd_cache[key] = (None, None)
         else:
             from spak.gpu.plan_bwd import BWD_TILE_KEYS
-            t = {k: int(found[k]) for k in BWD_TILE_KEYS if found.get(k) is not None}
+            t = {k: int(found[k]) for k in (*BWD_TILE_KEYS, "DKV_SPLIT")
+                 if found.get(k) is not None}
             h = {k: int(found[k]) for k in ("occupancy", "num_ctas")
                  if found.get(k) is not None}
             _bwd_cache[key] = (t or None, h or None)
