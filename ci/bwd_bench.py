@@ -236,7 +236,10 @@ def agreement(spec, q, k, v, dout, mask, scale, out, lse, dq, dk, dv, work):
     from spak.gpu.plan_bwd import check_bwd_tiles
     fwd = api.resolve_tiles("fused", q.dtype, spec.D, spec.causal, spec.Sk, q.device)
     fwd_tiles = {"TILE_M": fwd["TILE_M"], "TILE_N": fwd["TILE_N"]}
-    bt = check_bwd_tiles(None, spec.D, spec.causal)     # the plan's own default (tiles=None)
+    # what spak.fmha's backward launched: the tuned store's fmha_bwd entry, else the plan's
+    # defaults (DKV_SPLIT, when not given, is the plan's default for D either way)
+    tuned_bt, _ = api._bwd_config(q.device, q.dtype, spec.D, spec.causal, spec.Sk)
+    bt = {**check_bwd_tiles(None, spec.D, spec.causal), **(tuned_bt or {})}
     cvt = (lambda t: t.cpu().numpy()) if spec.dtype == "fp16" else \
         (lambda t: t.float().cpu().numpy())
     np_mask = None if mask is None else mask.cpu().numpy()
