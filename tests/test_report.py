@@ -279,7 +279,7 @@ def test_backward_runs_show_forward_plus_backward_rows(tmp_path):
     assert len(loaded) == 6
     md = markdown(loaded, sources=["run.jsonl"], plots={}, leaderboard=None)
     assert "### Forward + backward" in md
-    line = next(x for x in md.splitlines() if x.startswith(f"| {shape} | Llama-3 8B"))
+    line = next(x for x in md.splitlines() if x.startswith(f"| {shape} | yes | Llama-3 8B"))
     assert "**420.0** | 480.0 | 350.0 | 0.875 | 1.200 |" in line
     assert "spak-fused/sdpa-cudnn 0.875x over 1 shapes" in md
     # the backward's own table is unchanged: 400 vs cuDNN 500

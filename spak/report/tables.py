@@ -113,10 +113,10 @@ def _fwd_bwd_table(fam, cases: dict) -> list[str]:
     lines = ["### Forward + backward", "",
              f"One training step's attention (forward with LSE, then backward), {unit} at "
              "3.5x the forward's FLOPs; model: whose heads the shape has (`--shapes train`).",
-             "", f"| shape | model | {label(ours)} | "
+             "", f"| shape | causal | model | {label(ours)} | "
              + "".join(f"{label(p)} | " for p in peers)
              + " | ".join(f"{label(ours)}/{label(p)}" for p in peers) + " |",
-             "|---|---|---:|" + "---:|" * len(peers) + "---:|" * len(peers)]
+             "|---|---|---|---:|" + "---:|" * len(peers) + "---:|" * len(peers)]
     ratios: dict = {p: [] for p in peers}
     for case, c in cases.items():
         t = _measure(c.get(ours), unit)
@@ -130,7 +130,8 @@ def _fwd_bwd_table(fam, cases: dict) -> list[str]:
             model = train_model(fam.parse(c["meta"].case)) or "-"
         except Exception:  # noqa: BLE001 -- a case the family cannot read
             model = "-"
-        lines.append(f"| {c['meta'].shape} | {model} | **{_num(t)}** | "
+        causal = "yes" if c["meta"].get("causal") else "no"
+        lines.append(f"| {c['meta'].shape} | {causal} | {model} | **{_num(t)}** | "
                      + "".join(f"{_num(_measure(c.get(p), unit))} | " for p in peers)
                      + " | ".join(cells) + " |")
     lines += ["", "Geometric means: " + ", ".join(
