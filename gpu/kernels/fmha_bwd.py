@@ -185,11 +185,11 @@ def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_
         p_t = ct.where(key_pos <= q_pos, p_t, 0.0)
     do_part, q_part = do, q
     if SPLIT > 1:           # this block's columns of dO and Q (loaded again: L2 hits)
-        do_part = ct.load(dOut, index=(b, h, i, part), shape=(1, 1, TILE_M, HEAD_DIM_V // SPLIT),
-                          padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M,
-                                                                     HEAD_DIM_V // SPLIT))
-        q_part = ct.load(Q, index=(b, h, i, part), shape=(1, 1, TILE_M, HEAD_DIM // SPLIT),
-                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM // SPLIT))
+        dv_w, d_w = HEAD_DIM_V // SPLIT, HEAD_DIM // SPLIT
+        do_part = ct.load(dOut, index=(b, h, i, part), shape=(1, 1, TILE_M, dv_w),
+                          padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, dv_w))
+        q_part = ct.load(Q, index=(b, h, i, part), shape=(1, 1, TILE_M, d_w),
+                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, d_w))
     dv = ct.mma(p_t.astype(v.dtype), do_part, dv)           # dV += P^T dO
 
     dpt = ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32)
