@@ -38,7 +38,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # the repository, uninstalled
 import spak  # noqa: E402
 from spak import api  # noqa: E402
-from spak.attention.problems import SHAPE_SETS, parse_spec  # noqa: E402
+from spak.attention.problems import SHAPE_SETS, parse_spec, train_model  # noqa: E402
 
 #: Shapes beside the 24 standard ones: GQA 4:1, Sq != Sk (both ways, causal bottom-right),
 #: bool and additive masks, D 80, S 1000 (not a tile multiple), MQA, rows with no key.
@@ -236,7 +236,10 @@ def agreement(spec, q, k, v, dout, mask, scale, out, lse, dq, dk, dv, work):
     from spak.gpu.plan_bwd import check_bwd_tiles
     fwd = api.resolve_tiles("fused", q.dtype, spec.D, spec.causal, spec.Sk, q.device)
     fwd_tiles = {"TILE_M": fwd["TILE_M"], "TILE_N": fwd["TILE_N"]}
-    bt = check_bwd_tiles(None, spec.D, spec.causal)     # the plan's own default (tiles=None)
+    # what spak.fmha's backward launched: the tuned store's fmha_bwd entry, else the plan's
+    # defaults (DKV_SPLIT, when not given, is the plan's default for D either way)
+    tuned_bt, _ = api._bwd_config(q.device, q.dtype, spec.D, spec.causal, spec.Sk)
+    bt = {**check_bwd_tiles(None, spec.D, spec.causal), **(tuned_bt or {})}
     cvt = (lambda t: t.cpu().numpy()) if spec.dtype == "fp16" else \
         (lambda t: t.float().cpu().numpy())
     np_mask = None if mask is None else mask.cpu().numpy()
@@ -286,7 +289,7 @@ def run_shape(spec, args, deadline) -> dict:
     row = {"case": spec.case_id, "shape": spec.display, "dtype": spec.dtype,
            "causal": spec.causal, "mask": spec.mask, "B": spec.B, "Hq": spec.Hq,
            "Hkv": spec.Hkv, "Sq": spec.Sq, "Sk": spec.Sk, "D": spec.D,
-           "fwd_flops": spec.flops, "standard": spec.label + "/" + (
+           "model": train_model(spec), "fwd_flops": spec.flops, "standard": spec.label + "/" + (
                "causal" if spec.causal else "noncausal") in SHAPE_SETS["standard"]}
     scale = 1 / math.sqrt(spec.D)
     q, k, v, dout, mask = make_inputs(spec, 0)
@@ -340,7 +343,8 @@ def run_shape(spec, args, deadline) -> dict:
         except Exception as exc:  # noqa: BLE001 -- recorded, the run goes on
             row["sim"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     del o2, lse, g2, g3, out, dq, dk, dv
-    if args.time and row["standard"] and time.time() < deadline - 30:
+    timed = row["standard"] or getattr(args, "time_all", False)
+    if args.time and timed and time.time() < deadline - 30:
         try:
             row["ms"] = time_shape(spec, mask, ours)
         except Exception as exc:  # noqa: BLE001 -- the correctness figures stay
@@ -350,7 +354,7 @@ def run_shape(spec, args, deadline) -> dict:
         flops = {"bwd": 2.5 * spec.flops, "fwdbwd": 3.5 * spec.flops}
         row["tflops"] = {p: {m: flops[m] / (ms * 1e-3) / 1e12 for m, ms in d.items()}
                          for p, d in row["ms"].items()}
-    elif args.time and row["standard"]:
+    elif args.time and timed:
         row["ms"] = None
         row["skipped"] = "timing: out of budget"
     return row
@@ -435,7 +439,8 @@ def report(rows, meta) -> str:
         def t3(mode):
             return " / ".join(_f(tf.get(p, {}).get(mode), "{:.0f}")
                               for p in ("spak", "cudnn", "flash"))
-        lines.append(f"| {r['case']} | {ours} | {cud} | {_f(ratio, '{:.2f}')} | {sim} | "
+        case = r["case"] + (f" ({r['model']})" if r.get("model") else "")
+        lines.append(f"| {case} | {ours} | {cud} | {_f(ratio, '{:.2f}')} | {sim} | "
                      f"{t3('bwd')} | {t3('fwdbwd')} |")
     lines += ["", "## Targets", ""] + summary(rows)
     return "\n".join(lines) + "\n"
@@ -479,6 +484,27 @@ def summary(rows) -> list[str]:
                        f"{_f(max(vs_cudnn, default=None), '{:.2f}')}); >= flash on "
                        f"{sum(x >= 1 for x in vs_flash)}/{len(vs_flash)} shapes "
                        f"(min {_f(min(vs_flash, default=None), '{:.2f}')}x)")
+    out += off_grid_summary(ok)
+    return out
+
+
+def off_grid_summary(rows) -> list[str]:
+    """Issue 35's target: a length off the 16-grid within 5% of the nearest aligned
+    length's TFLOPS (same heads, D, causal flag, dtype), backward and forward+backward."""
+    timed = [r for r in rows if r.get("tflops") and "spak" in r["tflops"]]
+    out = []
+    for r in timed:
+        if r["Sk"] % 16 == 0:
+            continue
+        like = [a for a in timed if a["Sk"] % 16 == 0 and all(
+            a[k] == r[k] for k in ("dtype", "Hq", "Hkv", "D", "causal"))]
+        if not like:
+            continue
+        a = min(like, key=lambda x: abs(x["Sk"] - r["Sk"]))
+        parts = [f"{m} {r['tflops']['spak'][m] / a['tflops']['spak'][m]:.3f}"
+                 for m in ("bwd", "fwdbwd") if m in r["tflops"]["spak"]
+                 and m in a["tflops"]["spak"]]
+        out.append(f"- off-16 {r['case']} vs {a['case']}: TFLOPS ratio " + ", ".join(parts))
     return out
 
 
@@ -495,13 +521,15 @@ def main(argv=None) -> int:
     ap.add_argument("--sim-work", type=int, default=SIM_WORK)
     ap.add_argument("--no-time", dest="time", action="store_false")
     ap.add_argument("--no-sim", dest="sim", action="store_false")
+    ap.add_argument("--time-all", action="store_true",
+                    help="time every shape (default: the standard ones only)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     deadline = t_start + args.budget_s
     texts = []
     for s in args.sets:
-        texts += SHAPE_SETS["standard"] if s == "standard" else ODD if s == "odd" else [s]
+        texts += SHAPE_SETS[s] if s in ("standard", "train") else ODD if s == "odd" else [s]
     # fp16 first over every shape (the speed targets), then bf16
     specs = [parse_spec(f"{t}/{dt}") for dt in args.dtypes for t in texts]
     meta = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"),

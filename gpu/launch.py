@@ -155,7 +155,7 @@ _DUMMIES: dict = {}
 
 def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask=None,
                   causal: bool = False, scale: Optional[float] = None,
-                  tiles: Optional[dict] = None, stream=None):
+                  tiles: Optional[dict] = None, stream=None, hints: Optional[dict] = None):
     """The backward: ``dq``, ``dk``, ``dv`` (preallocated, q/k/v's shapes and dtype) receive
     the gradients of ``out = fmha(q, k, v)`` for the incoming gradient ``dout``, from the
     forward's ``out`` and row log-sum-exp ``lse`` (float32 [B, Hq, Sq]).
@@ -164,19 +164,22 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     flags and config (_plan_bwd_recipe); its workspaces are fresh torch tensors on q's
     device each call (the caching allocator: CUDA-graph capture safe); the cache keeps no
     tensor. plan_bwd is imported when first needed: the inference path never needs it.
+    hints: {occupancy, num_ctas} for the dK/dV and dQ launches (a tuned store entry's;
+    the memory-bound preprocess keeps its own), None = the kernels' own.
     """
     named = (q, k, v, out, dout, lse, dq, dk, dv) + (() if mask is None else (mask,))
     key = (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
            None if mask is None else mask.shape, causal, scale,
-           tuple(tiles.items()) if tiles else ())
+           tuple(tiles.items()) if tiles else (), tuple(sorted((hints or {}).items())))
     recipe = _BWD_PLANS.get(key)
     if recipe is None:
-        recipe = _plan_bwd_recipe(kernel_name, named, mask is not None, causal, scale, tiles)
+        recipe = _plan_bwd_recipe(kernel_name, named, mask is not None, causal, scale, tiles,
+                                  hints)
         if recipe is None:                  # not cacheable: planned and run as is
             from .plan_bwd import plan_fmha_bwd
-            run(plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv, mask=mask,
-                              causal=causal, scale=scale, tiles=tiles,
-                              alloc=torch_alloc(q)), stream)
+            run(bwd_hinted(plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv,
+                                         mask=mask, causal=causal, scale=scale, tiles=tiles,
+                                         alloc=torch_alloc(q)), hints), stream)
             return dq, dk, dv
         if len(_BWD_PLANS) >= 512:
             _BWD_PLANS.clear()
@@ -193,7 +196,19 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     return dq, dk, dv
 
 
-def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles):
+#: the backward's launches a config's occupancy / num_ctas hints apply to
+BWD_HINTED_LAUNCHES = ("bwd.dkdv", "bwd.dq")
+
+
+def bwd_hinted(launches, hints) -> list:
+    """The backward's launches with ``hints`` applied to dK/dV and dQ (not the preprocess)."""
+    if not hints:
+        return list(launches)
+    return [apply_hints([L], hints)[0] if L.name in BWD_HINTED_LAUNCHES else L
+            for L in launches]
+
+
+def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=None):
     """The backward's plan as a recipe: (launches as (kernel, grid, slots), workspaces as
     (shape, kind)); a slot is ("n", i) for named[i], ("w", j) for the j-th workspace or
     ("c", value) for a constant. Planning (validation included) costs ~45 us of host time
@@ -214,6 +229,7 @@ def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles):
     launches = plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv,
                              mask=named[9] if has_mask else None, causal=causal, scale=scale,
                              tiles=tiles, alloc=alloc)
+    launches = bwd_hinted(launches, hints)
     where = {id(t): ("n", i) for i, t in enumerate(named)}
     where.update({id(t): ("w", j) for j, t in enumerate(made)})
     recipe = []

@@ -23,8 +23,8 @@ from .plan import (Launch, _cdiv, _check_bool, _check_contiguous, _check_int, _c
                    _check_qkvo, _check_scale, _dtype_name, _launch, _resolve_alloc, _shape,
                    _tile_width, check_pow2_tiles, check_rows, merge_tiles)
 
-__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "check_bwd_tiles",
-           "default_bwd_tiles", "plan_fmha_bwd", "preprocess_tile_m"]
+__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "DKV_SPLITS", "check_bwd_tiles",
+           "default_bwd_tiles", "default_dkdv_split", "plan_fmha_bwd", "preprocess_tile_m"]
 
 BWD_KERNELS = ("fused",)
 #: Launch names, in launch order.
@@ -42,8 +42,11 @@ def default_bwd_tiles(head_dim: int, arch: str = "sm_90",
     builds on the CPU (gpu.resources) as the largest tiles that compile without register
     spills at the kernels' occupancy 2 on sm_90 (256 threads x 128 registers):
     sm_90 (and sm_10x): D <= 64: dK/dV 64 queries x 64 keys, dQ 64 queries x 128 keys;
-    D <= 128: 64 x 64 both; D = 256: dK/dV 32 x 32 (its two [keys, 256] float32
-    accumulators spill at any wgmma-sized tile), dQ 64 x 64.
+    D <= 128: 64 x 64 both; D = 256: dK/dV 64 x 64 in two column parts (DKV_SPLIT 2,
+    default_dkdv_split: each block keeps half of dK's and dV's columns; whole, the two
+    [keys, 256] float32 accumulators spill at every tile: 32 x 32 1200 bytes a thread,
+    64 x 64 1032; split, 64 x 64 compiles to 384 threads x 168 registers, 0 bytes), dQ
+    64 x 64.
     Other archs (no wgmma; smaller shared memory): 64 x 64 up to D = 128, 32 x 32 beyond.
     ``causal`` is part of the store's key; the defaults do not depend on it yet.
     """
@@ -54,7 +57,7 @@ def default_bwd_tiles(head_dim: int, arch: str = "sm_90",
             return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 128}
         if d <= 128:
             return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
-        return {"DKV_TILE_M": 32, "DKV_TILE_N": 32, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+        return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
     if d <= 128:
         return {"DKV_TILE_M": 64, "DKV_TILE_N": 64, "DQ_TILE_M": 64, "DQ_TILE_N": 64}
     return {"DKV_TILE_M": 32, "DKV_TILE_N": 32, "DQ_TILE_M": 32, "DQ_TILE_N": 32}
@@ -82,7 +85,8 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
     mask, causal, scale: exactly as given to the forward (plan_fmha): mask None or float32
     [MB, MH, Sq, Sk] additive, MB in {1, B}, MH in {1, Hq}; no gradient flows to it.
     tiles: {DKV_TILE_M, DKV_TILE_N, DQ_TILE_M, DQ_TILE_N} (any subset; powers of two in
-    [16, 256]); default ``default_bwd_tiles(D, causal=causal)``.
+    [16, 256]); default ``default_bwd_tiles(D, causal=causal)``; and DKV_SPLIT (1, 2, 4:
+    column parts of dK/dV; default ``default_dkdv_split(D)``).
     alloc(shape, kind), kind "float32" or "input": the workspaces (delta and lse in log2
     units, float32 [B, Hq, Sq] each; the (1,1,1,1) dummy mask when mask is None). May be
     omitted when q is a numpy array.
@@ -99,7 +103,9 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
         _check_like(name, x, like)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    t = check_bwd_tiles(tiles, D, causal)
+    split = _check_split(tiles, D)
+    t = check_bwd_tiles({k: x for k, x in (tiles or {}).items() if k != "DKV_SPLIT"}
+                        if isinstance(tiles, dict) else tiles, D, causal)
     has_mask = mask is not None
     if has_mask:
         _check_mask(mask, B, Hq, Sq, Sk)
@@ -119,11 +125,12 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
                                 (out, dout, lse, delta, lse2, head_dim_v, pre_m),
                                 "bwd.preprocess"))
     if B * Hkv * Sk > 0:       # with Sq == 0 it writes zeros (no query tile to visit)
+        split = split if min(head_dim, head_dim_v) // split >= 16 else 1
         launches.append(_launch(_bwd.fmha_bwd_dkdv_kernel,
-                                (_cdiv(Sk, t["DKV_TILE_N"]), B * Hkv, 1),
+                                (_cdiv(Sk, t["DKV_TILE_N"]), B * Hkv, split),
                                 (q, k, v, dout, lse2, delta, mask, dk, dv, scale, head_dim,
                                  head_dim_v, t["DKV_TILE_M"], t["DKV_TILE_N"], causal,
-                                 has_mask),
+                                 has_mask, split),
                                 "bwd.dkdv"))
     if B * Hq * Sq > 0:        # with Sk == 0 it writes zeros (no key tile to visit)
         launches.append(_launch(_bwd.fmha_bwd_dq_kernel,
@@ -140,6 +147,30 @@ def check_bwd_tiles(tiles, head_dim: int, causal: bool = False) -> dict[str, int
     t = merge_tiles(tiles, default_bwd_tiles(head_dim, causal=causal), BWD_TILE_KEYS,
                     f"keys among {BWD_TILE_KEYS}")
     return check_pow2_tiles(t, BWD_TILE_KEYS)
+
+
+#: dK/dV column parts (tiles["DKV_SPLIT"]): 1, 2 or 4; 0 or absent: default_dkdv_split(D)
+DKV_SPLITS = (1, 2, 4)
+
+
+def default_dkdv_split(head_dim: int) -> int:
+    """Column parts of the dK/dV pass: 2 for head dims past 128 (tile width 256: the
+    accumulators do not fit whole, see default_bwd_tiles), else 1. Issue 35's prediction,
+    before a GPU run times it: the D 256 dK/dV pass at 64 x 64 split 2 takes 0.6-0.75x the
+    time of 32 x 32 whole (spills gone, 4x the tile, for 1.5x the matmul work), the whole
+    backward 0.7-0.85x. The old kernel: tiles {"DKV_TILE_M": 32, "DKV_TILE_N": 32,
+    "DKV_SPLIT": 1}."""
+    return 2 if _tile_width(head_dim) > 128 else 1
+
+
+def _check_split(tiles, head_dim: int) -> int:
+    v = tiles.get("DKV_SPLIT") if isinstance(tiles, dict) else None
+    if v is None or v == 0:
+        return default_dkdv_split(head_dim)
+    if isinstance(v, bool) or not isinstance(v, int) or v not in DKV_SPLITS:
+        raise ValueError(f"tiles['DKV_SPLIT'] must be one of {DKV_SPLITS} (or 0: the "
+                         f"default), got {v!r}")
+    return v
 
 
 def _check_like(name, x, like):

@@ -187,8 +187,24 @@ def resolve_tiles(kernel: str, dtype, D: int, causal: bool, Sk: int, device,
         return {**base, **tiles}
     found = _lookup(gpu_name, kernel, str(dtype), D, causal, Sk, rows)
     if found:
-        return {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
-    return base
+        base = {**base, **{k: int(found[k]) for k in CONFIG_KEYS if found.get(k) is not None}}
+    return off_grid_config(base, D, Sk, arch) if kernel == "fused" else base
+
+
+def off_grid_config(cfg: dict, D: int, Sk: int, arch: str) -> dict:
+    """The tuned or default config for a key length off the 16-grid (issue 35). ct.launch
+    declares an extent divisible by 16 only when it is; for a ragged Sk, the fused
+    forward's sm_90 cubin at D <= 64 with 128 x 128 tiles then spills 368 bytes a thread
+    (64 when Sk is declared divisible; tileiras 13.4 on the CPU), and spak.fmha ran ~1/3
+    slower (H100, 16 x 1000: 242 TFLOPS against 382 at 16 x 1024). 64 query rows with
+    occupancy 2 do not spill there (0 bytes, ragged or not) and took 0.678 of the time on
+    that shape, bit-identical (results/issue18-h100-2026-11-28, run 20): that config is
+    used instead. Explicit tiles are never changed (resolve_tiles returns them first); nor
+    are key lengths within one 128-key tile (no interior loop step: unmeasured, kept)."""
+    if Sk % 16 == 0 or Sk <= 128 or arch != "sm_90" or D > 64 \
+            or cfg.get("TILE_M") != 128 or cfg.get("TILE_N") != 128:
+        return cfg
+    return {**cfg, "TILE_M": 64, "occupancy": 2}
 
 
 @functools.lru_cache(maxsize=None)
@@ -391,10 +407,40 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         # no query rows: k and v had no effect; no keys: out was 0 whatever q was
         return dq.zero_(), dk.zero_(), dv.zero_()
     mask = kernel_mask(attn_mask, B, Hq, Sq, Sk) if attn_mask is not None else None
+    tiles, hints = _bwd_config(q.device, q.dtype, D, is_causal, Sk)
     _on_device(q.device, lambda stream: gl.fmha_bwd_into(
         "fused", q, k, v, out, dout, lse.contiguous(), dq, dk, dv, mask=mask,
-        causal=is_causal, scale=scale, stream=stream))
+        causal=is_causal, scale=scale, stream=stream, tiles=tiles, hints=hints))
     return dq, dk, dv
+
+
+_bwd_cache: dict = {}
+
+
+def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
+    """(tiles, hints) of the tuned store's fmha_bwd entry for the device's GPU (`spak
+    sweep --family fmha_bwd`; its store key: dtype, head dim, causal, key-length bucket),
+    or (None, None): the backward's default tiles and the kernels' own hints. Memoised per
+    (problem class, store file version), as the forward's lookup."""
+    if device.type != "cuda":
+        return None, None
+    _, gpu_name = _device_info(device)
+    dt = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
+    key = (gpu_name, dt, D, causal, tuned.seq_bucket(Sk), _store_version())
+    if key not in _bwd_cache:
+        found = tuned.lookup_key("fmha_bwd", gpu_name, "fused",
+                                 {"dtype": dt, "head_dim": D, "causal": causal,
+                                  "seq_bucket": tuned.seq_bucket(Sk)})
+        if not found:
+            _bwd_cache[key] = (None, None)
+        else:
+            from spak.gpu.plan_bwd import BWD_TILE_KEYS
+            t = {k: int(found[k]) for k in (*BWD_TILE_KEYS, "DKV_SPLIT")
+                 if found.get(k) is not None}
+            h = {k: int(found[k]) for k in ("occupancy", "num_ctas")
+                 if found.get(k) is not None}
+            _bwd_cache[key] = (t or None, h or None)
+    return _bwd_cache[key]
 
 
 _bwd_op = torch.library.custom_op("spak::fmha_bwd", mutates_args=())(_bwd_impl)

@@ -112,7 +112,7 @@ def cpu(monkeypatch, tmp_path):
         return out
 
     def bwd(kernel, q, k, v, out, dout, lse, dq, dk, dv, *, mask=None, causal=False,
-            scale=None, tiles=None, stream=None):
+            scale=None, tiles=None, stream=None, hints=None):
         for t in (q, k, v, out, dout, lse):
             assert t.is_contiguous()
         r.bwd.append(dict(kernel=kernel, mask=mask, causal=causal, scale=scale, lse=lse.clone(),

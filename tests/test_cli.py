@@ -361,3 +361,24 @@ def test_ci_runs_exactly_the_readme_commands():
     assert 'python -m pip install -e ".[test]"' in cmds  # = README's pip, of the venv's python
     assert "spak sim" in cmds
     assert tests[0] in cmds
+
+
+def test_train_set_names_its_models():
+    """Issue 35's `train` set: the heads of widely trained models (GQA 4:1, 7:1, 8:1, 2:1,
+    MHA; D 64/96/128/256), 512..32k, causal decoders, lengths off the tile grid and off the
+    16-grid; every row named by a model; realistic memory per batch."""
+    from spak.attention.problems import TRAIN_MODELS, train_model
+    specs = select_cases(["train"], dtype="fp16")
+    assert len(specs) == len(SHAPE_SETS["train"]) >= 20
+    assert all(train_model(s) for s in specs)
+    assert {s.D for s in specs} == {64, 96, 128, 256}
+    assert {s.Hq // s.Hkv for s in specs} >= {1, 2, 4, 7, 8}
+    assert min(s.Sq for s in specs) == 512 and max(s.Sq for s in specs) == 32768
+    assert any(s.Sk % 16 for s in specs) and any(s.Sk % 128 and not s.Sk % 16 for s in specs)
+    assert all(s.causal for s in specs if train_model(s) != "BERT-base")
+    assert all(s.B * s.Hq * s.Sq * s.D * 2 <= 256 << 20 for s in specs)   # q <= 256 MiB
+    assert train_model(parse_spec("1x32:8x100x128/causal")) == "Llama-3 8B / Mistral 7B"
+    assert train_model(parse_spec("1x32:8x100x128/noncausal")) == ""
+    assert set(TRAIN_MODELS) >= {"Llama-3 8B", "Llama-3 70B", "Qwen2.5 7B", "Gemma-2 9B",
+                                 "Phi-3 mini", "GPT-2"}
+    assert len(select_cases(["train"])) == 2 * len(specs)    # dtype open: fp16 and bf16

@@ -257,3 +257,30 @@ def test_rows_of_an_unknown_family_are_skipped_with_a_warning(tmp_path, capsys):
     (good,) = load_rows([_write(tmp_path / "x.jsonl", rows)])
     assert good.family == "fmha_fwd"
     assert "unknown kernel family 'fmha_nope'" in capsys.readouterr().err
+
+
+def test_backward_runs_show_forward_plus_backward_rows(tmp_path):
+    """`spak run --family fmha_bwd`'s fwd+bwd rows get a table of their own, the model
+    named for a `--shapes train` shape, ratios and their geometric mean."""
+    rows = []
+    case, shape = "4x32:8x4096x128/fp16/causal", "4x32:8x4096x128"
+    for prov, tf in (("spak-fused", 400.0), ("sdpa-cudnn", 500.0), ("sdpa-flash", 300.0),
+                     ("fwd+bwd:spak-fused", 420.0), ("fwd+bwd:sdpa-cudnn", 480.0),
+                     ("fwd+bwd:sdpa-flash", 350.0)):
+        rows.append({"schema": "spak.run/2", "family": "fmha_bwd", "gpu": GPU,
+                     "date": "2026-11-28T00:00:00Z", "commit": "abc", "provider": prov,
+                     "kernel": "fused" if prov == "spak-fused" else None, "case": case,
+                     "shape": shape, "B": 4, "Hq": 32, "Hkv": 8, "Sq": 4096, "Sk": 4096,
+                     "D": 128, "dtype": "fp16", "causal": True, "tflops": tf, "passed": True,
+                     "error": None, "tiles": {"DKV_TILE_M": 64, "DKV_TILE_N": 64,
+                                              "DQ_TILE_M": 64, "DQ_TILE_N": 64}
+                     if prov == "spak-fused" else None})
+    loaded = load_rows([_write(tmp_path / "run.jsonl", rows)])
+    assert len(loaded) == 6
+    md = markdown(loaded, sources=["run.jsonl"], plots={}, leaderboard=None)
+    assert "### Forward + backward" in md
+    line = next(x for x in md.splitlines() if x.startswith(f"| {shape} | yes | Llama-3 8B"))
+    assert "**420.0** | 480.0 | 350.0 | 0.875 | 1.200 |" in line
+    assert "spak-fused/sdpa-cudnn 0.875x over 1 shapes" in md
+    # the backward's own table is unchanged: 400 vs cuDNN 500
+    assert "0.800" in md

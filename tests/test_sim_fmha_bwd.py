@@ -211,6 +211,8 @@ CASES = [
     ("1x4:2x33x64/noncausal/fp16/boolmask", None, 0.01),      # bool mask, tiny scale
     ("1x2x40x128/causal/fp16", {"DKV_TILE_M": 16, "DKV_TILE_N": 32,
                                 "DQ_TILE_M": 32, "DQ_TILE_N": 16}, None),
+    ("1x4:2x70:90x256/causal/fp16", None, None),             # D 256: dK/dV in 2 parts
+    ("1x2x50x64/noncausal/bf16", dict(T16, DKV_SPLIT=4), None),   # 4 parts of 16 columns
 ]
 
 
@@ -363,6 +365,7 @@ BAD = [
     (dict(tiles={"TILE_M": 64}), ValueError, "unknown keys"),
     (dict(tiles={"DQ_TILE_N": 48}), ValueError, "power of two"),
     (dict(tiles={"DKV_TILE_M": 8}), ValueError, r"must be in \[16, 256\]"),
+    (dict(tiles={"DKV_SPLIT": 3}), ValueError, r"tiles\['DKV_SPLIT'\] must be one of"),
     (dict(tiles=(64, 64)), TypeError, "tiles must be a dict"),
     (dict(scale=math.inf), ValueError, "scale must be a finite"),
     (dict(causal=1), TypeError, "causal must be a bool"),
@@ -443,3 +446,22 @@ def test_spak_sim_family_fmha_bwd(capsys):
     rc = main(["sim", "--family", "fmha_bwd", "--shapes", "1x4:2x17:30x64/causal/fp16/mask"])
     out = capsys.readouterr().out
     assert rc == 0 and "PASS" in out and "fmha_bwd" in out
+
+
+def test_dkdv_split_gives_the_whole_kernels_bits():
+    """DKV_SPLIT (issue 35): dK/dV in column parts (grid z), each part summing its columns
+    over the same query tiles in the same order: the same bits as one block per key tile;
+    D 256 takes 2 parts by default (the whole [keys, 256] accumulators spill on sm_90)."""
+    outs = {}
+    for split in (1, 2):
+        tiles = {"DKV_TILE_M": 32, "DKV_TILE_N": 32, "DKV_SPLIT": split}
+        _, _, _, g, ref, _ = _run("1x4:2x40:60x256/causal/bf16", tiles=tiles)
+        outs[split] = g
+    for name in ("dq", "dk", "dv"):
+        assert np.array_equal(np.asarray(outs[1][name]).view(np.uint16),
+                              np.asarray(outs[2][name]).view(np.uint16)), name
+    L = plan_fmha_bwd("fused", *_args(D=256, Dv=256), alloc=_alloc)
+    assert L[1].grid[2] == 2 and L[1].args[-1] == 2
+    assert default_bwd_tiles(256)["DKV_TILE_N"] == 64
+    L = plan_fmha_bwd("fused", *_args(), alloc=_alloc)
+    assert L[1].grid[2] == 1 and L[1].args[-1] == 1

@@ -92,3 +92,52 @@ def test_resolve_tiles_passes_rows(monkeypatch, tmp_path):
     assert (small["TILE_N"], small["occupancy"]) == (128, 2)
     assert (big["TILE_N"], big["occupancy"]) == (64, 4) and none == big
     api._lookup_cache.clear()
+
+
+def test_the_backward_looks_up_its_tuned_entry(monkeypatch, tmp_path):
+    """spak.fmha's backward takes the fmha_bwd store entry of the GPU (tiles and hints, by
+    dtype, head dim, causal and key-length bucket); none: the defaults (None, None)."""
+    from types import SimpleNamespace
+    from spak import api
+    cfg = {"DKV_TILE_M": 32, "DKV_TILE_N": 128, "DQ_TILE_M": 128, "DQ_TILE_N": 64,
+           "occupancy": 1, "num_ctas": 1}
+    e = tuned.make_entry(GPU, "fused", "bf16", 128, True, 8192, cfg, family="fmha_bwd")
+    fwd = tuned.make_entry(GPU, "fused", "bf16", 64, True, 8192, {"TILE_M": 128,
+                                                                   "TILE_N": 64})
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(_store(tmp_path, [e, fwd])))
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", GPU))
+    import torch
+    cuda = SimpleNamespace(type="cuda")
+    api._bwd_cache.clear()
+    tiles, hints = api._bwd_config(cuda, torch.bfloat16, 128, True, 8000)
+    assert tiles == {k: cfg[k] for k in ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N")}
+    assert hints == {"occupancy": 1, "num_ctas": 1}
+    # another dtype, head dim or causal flag: no entry; the forward's entry is not taken
+    assert api._bwd_config(cuda, torch.float16, 128, True, 8000) == (None, None)
+    assert api._bwd_config(cuda, torch.bfloat16, 64, True, 8000) == (None, None)
+    assert api._bwd_config(SimpleNamespace(type="cpu"), torch.bfloat16, 128, True,
+                           8000) == (None, None)
+    api._bwd_cache.clear()
+
+
+def test_keys_off_the_16_grid_take_a_config_that_does_not_spill(monkeypatch, tmp_path):
+    """spak.fmha at D <= 64 with 128 x 128 tiles and Sk % 16 != 0: 64 query rows at
+    occupancy 2 (the 128-row cubin spills there); aligned lengths, other head dims, other
+    tiles, other archs and explicit tiles keep their config."""
+    import torch
+    from spak import api
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(_store(tmp_path, [])))
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", GPU))
+    api._lookup_cache.clear()
+    r = lambda D, causal, Sk, tiles=None: api.resolve_tiles(   # noqa: E731
+        "fused", torch.float16, D, causal, Sk, "cuda", tiles)
+    assert r(64, False, 1024) == {"TILE_M": 128, "TILE_N": 128}
+    assert r(64, False, 1000) == {"TILE_M": 64, "TILE_N": 128, "occupancy": 2}
+    assert r(64, False, 8191) == {"TILE_M": 64, "TILE_N": 128, "occupancy": 2}
+    assert r(64, True, 1000) == {"TILE_M": 128, "TILE_N": 64}          # no spill: kept
+    assert r(64, False, 100) == {"TILE_M": 128, "TILE_N": 128}         # one key tile: kept
+    assert r(128, False, 1000) == {"TILE_M": 64, "TILE_N": 128}
+    assert r(64, False, 1000, {"TILE_M": 128}) == {"TILE_M": 128, "TILE_N": 128}
+    assert api.off_grid_config({"TILE_M": 128, "TILE_N": 128}, 64, 1000, "sm_120") == \
+        {"TILE_M": 128, "TILE_N": 128}
+    api._lookup_cache.clear()

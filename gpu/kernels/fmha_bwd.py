@@ -90,18 +90,25 @@ def fmha_bwd_dkdv_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV,
                          TILE_M: ConstInt,         # query rows per inner step
                          TILE_N: ConstInt,         # keys per block
                          CAUSAL: ConstBool,
-                         HAS_MASK: ConstBool):
+                         HAS_MASK: ConstBool,
+                         SPLIT: ConstInt = 1):    # column parts of dK/dV (grid z)
     # Key tile 0 has the most work under causal (every query sees it): bid(0) order,
     # which the GPU starts first, is already longest first.
     num_kv_heads = K.shape[1]
     b = ct.bid(1) // num_kv_heads
     kv_h = ct.bid(1) % num_kv_heads
     _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, ct.bid(0),
-                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, SPLIT)
 
 
+# SPLIT > 1 (D 256): block (j, b*Hkv + g, c) keeps only columns [c*D/SPLIT, (c+1)*D/SPLIT)
+# of dK and dV in registers; S^T and dP^T still take the whole head dim, so each part
+# recomputes them (the dK/dV pass does 1.5x its matmul work at SPLIT 2). At D 256 the two
+# [keys, 256] float32 accumulators spill at every tile (sm_90 cubins, 1032-6448 bytes a
+# thread); each column of dK/dV is summed over the same query tiles in the same order
+# either way.
 def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
-                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+                HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, SPLIT=1):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     diag = seq_k - seq_q                 # query i sees key j iff j <= i + diag
@@ -112,8 +119,9 @@ def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM))
     v = ct.load(V, index=(b, kv_h, bid_n, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM_V))
-    dk = ct.full((TILE_N, HEAD_DIM), 0.0, dtype=ct.float32)
-    dv = ct.full((TILE_N, HEAD_DIM_V), 0.0, dtype=ct.float32)
+    part = ct.bid(2) if SPLIT > 1 else 0
+    dk = ct.full((TILE_N, HEAD_DIM // SPLIT), 0.0, dtype=ct.float32)
+    dv = ct.full((TILE_N, HEAD_DIM_V // SPLIT), 0.0, dtype=ct.float32)
     key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]     # [TN, 1]
 
     # ---- which query tiles to visit -------------------------------------------------
@@ -136,21 +144,23 @@ def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
         for i in range(m_start, m_full):         # the causal diagonal band
             dk, dv = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
                                 b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
-                                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+                                HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, SPLIT, part)
         for i in range(m_full, m_tiles):         # every key visible (or non-causal)
             dk, dv = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
                                 b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
-                                HEAD_DIM_V, TILE_M, TILE_N, False, HAS_MASK)
+                                HEAD_DIM_V, TILE_M, TILE_N, False, HAS_MASK, SPLIT, part)
 
-    dk = (dk * scale).astype(dK.dtype).reshape((1, 1, TILE_N, HEAD_DIM))
-    ct.store(dK, index=(b, kv_h, bid_n, 0), tile=dk)          # rows past Sk dropped
-    ct.store(dV, index=(b, kv_h, bid_n, 0),
-             tile=dv.astype(dV.dtype).reshape((1, 1, TILE_N, HEAD_DIM_V)))
+    dk = (dk * scale).astype(dK.dtype).reshape((1, 1, TILE_N, HEAD_DIM // SPLIT))
+    ct.store(dK, index=(b, kv_h, bid_n, part), tile=dk)       # rows past Sk dropped
+    ct.store(dV, index=(b, kv_h, bid_n, part),
+             tile=dv.astype(dV.dtype).reshape((1, 1, TILE_N, HEAD_DIM_V // SPLIT)))
 
 
 def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_b, mask_h,
-               bid_n, i, diag, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
-    """Fold query tile i of head h into (dk, dv), on transposed [TN, TM] tiles."""
+               bid_n, i, diag, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
+               SPLIT=1, part=0):
+    """Fold query tile i of head h into (dk, dv), on transposed [TN, TM] tiles; with
+    SPLIT > 1, into columns part of SPLIT of dk and dv."""
     q = ct.load(Q, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
     do = ct.load(dOut, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
@@ -173,12 +183,19 @@ def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_
     if CAUSAL:
         q_pos = (i * TILE_M + ct.arange(TILE_M, dtype=ct.int32) + diag)[None, :]
         p_t = ct.where(key_pos <= q_pos, p_t, 0.0)
-    dv = ct.mma(p_t.astype(v.dtype), do, dv)                # dV += P^T dO
+    do_part, q_part = do, q
+    if SPLIT > 1:           # this block's columns of dO and Q (loaded again: L2 hits)
+        dv_w, d_w = HEAD_DIM_V // SPLIT, HEAD_DIM // SPLIT
+        do_part = ct.load(dOut, index=(b, h, i, part), shape=(1, 1, TILE_M, dv_w),
+                          padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, dv_w))
+        q_part = ct.load(Q, index=(b, h, i, part), shape=(1, 1, TILE_M, d_w),
+                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, d_w))
+    dv = ct.mma(p_t.astype(v.dtype), do_part, dv)           # dV += P^T dO
 
     dpt = ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32)
     dpt = ct.mma(v, do.permute((1, 0)), dpt)                # dP^T = V dO^T
     ds_t = p_t * (dpt - delta)                              # dS^T
-    dk = ct.mma(ds_t.astype(k.dtype), q, dk)                # dK += dS^T Q (scaled at the end)
+    dk = ct.mma(ds_t.astype(k.dtype), q_part, dk)           # dK += dS^T Q (scaled at the end)
     return dk, dv
 
 

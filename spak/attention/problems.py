@@ -38,7 +38,7 @@ from spak.core.metrics import round_to_bf16
 __all__ = [
     "DTYPES", "MASK_KINDS", "ProblemSpec", "Inputs", "SHAPE_SETS", "ShapeError",
     "parse_case", "parse_spec", "expand", "select_cases", "make_inputs",
-    "GRAMMAR_HELP",
+    "GRAMMAR_HELP", "TRAIN_MODELS", "train_model",
 ]
 
 DTYPES = ("fp16", "bf16")
@@ -178,6 +178,59 @@ def _gates() -> list[str]:
     return out
 
 
+#: The attention heads of widely trained models, from their published configs
+#: (config.json: num_attention_heads, num_key_value_heads, head_dim or hidden/heads):
+#: name -> (Hq, Hkv, D, causal). Mistral 7B has Llama-3 8B's heads (32:8, D 128).
+TRAIN_MODELS = {
+    "Llama-3 8B": (32, 8, 128, True),      # GQA 4:1
+    "Mistral 7B": (32, 8, 128, True),      # GQA 4:1 (sliding window not modelled)
+    "Llama-3 70B": (64, 8, 128, True),     # GQA 8:1
+    "Qwen2.5 7B": (28, 4, 128, True),      # GQA 7:1
+    "Gemma-2 9B": (16, 8, 256, True),      # GQA 2:1, D 256
+    "Gemma-2 2B": (8, 4, 256, True),       # GQA 2:1, D 256
+    "Phi-3 mini": (32, 32, 96, True),      # MHA, D 96 (tiles of 128 wide)
+    "GPT-2": (12, 12, 64, True),           # MHA, D 64 (GPT-2 small)
+    "BERT-base": (12, 12, 64, False),      # MHA, D 64, bidirectional
+}
+
+#: (model, B, S) rows of the `train` set. Tokens per batch (B * S) per GPU are what
+#: training runs fit beside the model's weights and activations on one 80 GB GPU:
+#: 16k for the 7-9B models and the small ones, 8k for Llama-3 70B's full 64 heads
+#: (per tensor-parallel rank it has fewer), 8k for Gemma-2 9B's D 256. Lengths off the
+#: tile grid (1000, 4000, 8191) sit beside aligned ones.
+_TRAIN_ROWS = (
+    ("Llama-3 8B", 16, 1024), ("Llama-3 8B", 16, 1000), ("Llama-3 8B", 8, 2048),
+    ("Llama-3 8B", 4, 4096), ("Llama-3 8B", 2, 8192), ("Llama-3 8B", 2, 8191),
+    ("Llama-3 8B", 1, 16384), ("Llama-3 8B", 1, 32768),
+    ("Mistral 7B", 4, 4000),
+    ("Llama-3 70B", 2, 4096), ("Llama-3 70B", 1, 8192),
+    ("Qwen2.5 7B", 4, 4096), ("Qwen2.5 7B", 1, 32768),
+    ("Gemma-2 9B", 2, 4096), ("Gemma-2 9B", 8, 1000),
+    ("Gemma-2 2B", 4, 4096),
+    ("Phi-3 mini", 4, 4096), ("Phi-3 mini", 8, 2048), ("Phi-3 mini", 4, 4000),
+    ("GPT-2", 16, 1024), ("GPT-2", 16, 1000),
+    ("BERT-base", 32, 512),
+)
+
+
+def _train() -> list[str]:
+    """Issue 35's training shapes: `_TRAIN_ROWS` with the models' heads (`TRAIN_MODELS`);
+    the dtype is left open (fp16 and bf16)."""
+    out = []
+    for model, b, s in _TRAIN_ROWS:
+        hq, hkv, d, causal = TRAIN_MODELS[model]
+        heads = f"{hq}" if hq == hkv else f"{hq}:{hkv}"
+        out.append(f"{b}x{heads}x{s}x{d}/{'causal' if causal else 'noncausal'}")
+    return out
+
+
+def train_model(spec) -> str:
+    """The model(s) of the `train` set a problem's heads belong to ("" if none), e.g.
+    "Llama-3 8B / Mistral 7B" for 32:8 at D 128: what the train set's rows are named by."""
+    return " / ".join(m for m, (hq, hkv, d, c) in TRAIN_MODELS.items()
+                      if (spec.Hq, spec.Hkv, spec.D, spec.causal) == (hq, hkv, d, c))
+
+
 SHAPE_SETS: dict[str, list[str]] = {
     # Small enough for `spak sim` in well under a minute on 2 cores, yet it
     # touches every feature the gates cover (tests/test_cli.py checks that).
@@ -199,6 +252,7 @@ SHAPE_SETS: dict[str, list[str]] = {
     "gates": _gates(),
     "standard": _standard(),
     "seed": ["16x16x2048x64", "2x8x512x64", "1x8x512x64", "4x16x2048x128"],
+    "train": _train(),
 }
 
 

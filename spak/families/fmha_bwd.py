@@ -137,7 +137,7 @@ class FmhaBackward(KernelFamily):
     #: the backward peers `spak run` lists in its table (all: peer_calls(names=None))
     run_peers = ("sdpa-cudnn", "sdpa-flash")
     #: forward + backward rows `spak run` times beside them (FLOPs: 3.5x the forward's)
-    fwd_bwd_peers = ("fwd+bwd:spak-fused", "fwd+bwd:sdpa-cudnn")
+    fwd_bwd_peers = ("fwd+bwd:spak-fused", "fwd+bwd:sdpa-cudnn", "fwd+bwd:sdpa-flash")
 
     def gpu_inputs(self, problem, seed=0, set_index=0, device="cuda") -> dict:
         from spak.device.bwd_gpu import bwd_gpu_inputs

@@ -20,7 +20,14 @@ from spak.results.rows import ResultRow, tiles_label
 from spak.tune.merge import gpu_identity, merge_one
 
 __all__ = ["report_row", "load_rows", "family_of", "place_of", "sections", "config_label",
-           "config_order", "section_families", "section_peers"]
+           "config_order", "section_families", "section_peers", "fwd_bwd_providers"]
+
+
+def fwd_bwd_providers(fam) -> tuple[str, ...]:
+    """A training family's forward+backward providers (e.g. "fwd+bwd:spak-fused",
+    "fwd+bwd:sdpa-cudnn"; `spak run --family fmha_bwd` times them), SPAK's first."""
+    names = tuple(getattr(fam, "fwd_bwd_peers", ()) or ())
+    return tuple(sorted(names, key=lambda n: "spak" not in n))
 
 def family_of(row: ResultRow):
     return families.get(row.family)
@@ -28,7 +35,8 @@ def family_of(row: ResultRow):
 
 def _run_row(r: ResultRow, fam) -> Optional[dict]:
     """A `spak run` row mapped onto a sweep row: its tiles as the config, a status."""
-    if not (r.is_spak or r.provider in fam.peers) or r.case is None or r.skipped:
+    if not (r.is_spak or r.provider in fam.peers or r.provider in fwd_bwd_providers(fam)) \
+            or r.case is None or r.skipped:
         return None
     row = dict(r)
     if r.is_spak:

@@ -10,8 +10,8 @@ from typing import Optional
 
 from spak import families
 from spak.core.stats import geomean
-from spak.report.load import (config_label, config_order, section_families, section_peers,
-                              sections)
+from spak.report.load import (config_label, config_order, fwd_bwd_providers,
+                              section_families, section_peers, sections)
 from spak.results.rows import ResultRow
 
 __all__ = ["markdown", "STATUS_ABBREV", "group_cases", "column_label"]
@@ -100,6 +100,46 @@ def _providers_table(fam, cases: dict) -> list[str]:
     return lines + [""]
 
 
+def _fwd_bwd_table(fam, cases: dict) -> list[str]:
+    """Forward + backward (a training step's attention) per shape: SPAK's and the peers'
+    figures and SPAK / peer; [] when the rows have none (only `spak run` times them)."""
+    names = fwd_bwd_providers(fam)
+    have = [c for c in cases.values() if any(c.get(n) is not None for n in names)]
+    if len(names) < 2 or not have:
+        return []
+    from spak.attention.problems import train_model
+    unit, ours, peers = fam.metric, names[0], names[1:]
+    label = lambda n: n.split(":", 1)[-1]                       # noqa: E731
+    lines = ["### Forward + backward", "",
+             f"One training step's attention (forward with LSE, then backward), {unit} at "
+             "3.5x the forward's FLOPs; model: whose heads the shape has (`--shapes train`).",
+             "", f"| shape | causal | model | {label(ours)} | "
+             + "".join(f"{label(p)} | " for p in peers)
+             + " | ".join(f"{label(ours)}/{label(p)}" for p in peers) + " |",
+             "|---|---|---|---:|" + "---:|" * len(peers) + "---:|" * len(peers)]
+    ratios: dict = {p: [] for p in peers}
+    for case, c in cases.items():
+        t = _measure(c.get(ours), unit)
+        cells = []
+        for p in peers:
+            o = _measure(c.get(p), unit)
+            if t and o:
+                ratios[p].append(t / o)
+            cells.append(_num(t / o if t and o else None, "{:.3f}"))
+        try:
+            model = train_model(fam.parse(c["meta"].case)) or "-"
+        except Exception:  # noqa: BLE001 -- a case the family cannot read
+            model = "-"
+        causal = "yes" if c["meta"].get("causal") else "no"
+        lines.append(f"| {c['meta'].shape} | {causal} | {model} | **{_num(t)}** | "
+                     + "".join(f"{_num(_measure(c.get(p), unit))} | " for p in peers)
+                     + " | ".join(cells) + " |")
+    lines += ["", "Geometric means: " + ", ".join(
+        f"{label(ours)}/{label(p)} {_num(geomean(v), '{:.3f}')}x over {len(v)} shapes"
+        for p, v in ratios.items()) + ".", ""]
+    return lines
+
+
 def _configs_table(fam, cases: dict, group: list) -> list[str]:
     """Configs x shapes for one group of shapes; [] when only `spak run` tiles are known."""
     unit = fam.metric
@@ -154,6 +194,7 @@ def _section(key, cases: dict, plots: dict, several_families: bool) -> list[str]
     lines = [f"## {gpu} · " + (f"{fam_name} · " if several_families else "")
              + f"kernel `{kernel}` · {dtype}", ""]
     lines += _providers_table(fam, cases)
+    lines += _fwd_bwd_table(fam, cases)
     if plots.get(("providers",) + key):
         lines += [f"![{fam.metric} vs {next(iter(cases.values()))['place'].axis.lower()}]"
                   f"({plots[('providers',) + key]})", ""]
