@@ -1,0 +1,139 @@
+"""The benchmark harness of `spak run` on the CPU (torch.cuda's timing faked): the timing
+modes (kernel, flush, eager), the peer plug-ins (a missing peer is a row note, the same-size
+copy of a bandwidth-bound family), the error ratios, both modes on one shape end to end
+with the simulator as the GPU, and the plot."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spak.device import case, peers, timing  # noqa: E402
+from spak.device.calls import PeerCall  # noqa: E402
+from spak.families import get  # noqa: E402
+from spak.families.fmha_fwd import FAMILY as FWD  # noqa: E402
+from tests.helpers_gpu_loop import HostEvent, run_args, sim_env, stub_cuda_timing  # noqa: E402
+from tests.test_gpu_loop_cpu import sim_launch, fake_cuda  # noqa: E402,F401
+
+
+def test_flush_mode_flushes_before_every_call_and_times_each_alone(fake_cuda, monkeypatch):
+    monkeypatch.setattr(timing, "FLUSH_BYTES", 1024)
+    seen = []
+    st = timing.time_flushed(seen.append, 3, warmup=2, target_s=0.001, max_calls=7,
+                             device="cpu")
+    timed = seen[3:]
+    assert 5 <= st["runs"] == len(timed) <= 7
+    assert timed == [i % 3 for i in range(len(timed))]
+    # one event pair per timed call (plus the estimate's pair)
+    assert fake_cuda.count("record") == 2 + 2 * len(timed)
+    assert st["ms_median"] >= 0
+
+
+def test_eager_mode_counts_host_time_per_call(fake_cuda):
+    import time
+    st = timing.time_eager(lambda i: time.sleep(0.002), 2, warmup=1, batches=3,
+                           target_s=0.03)
+    assert st["batches"] == 3 and st["runs"] == 3 * st["per_batch"]
+    assert 2.0 <= st["ms_median"] < 20.0            # 2 ms of host work per call
+
+
+def test_time_turns_rejects_an_unknown_mode(fake_cuda):
+    with pytest.raises(ValueError, match="unknown timing mode 'bogus'"):
+        timing.time_turns({"a": lambda i: None}, lambda i: None, 0, mode="bogus", spin_s=0)
+
+
+def test_a_missing_peer_is_a_note_and_a_broken_one_too(monkeypatch):
+    def missing(fam, p, sets):
+        raise peers.PeerMissing("not here")
+
+    def broken(fam, p, sets):
+        raise KeyError("q")
+    monkeypatch.setattr(peers, "PLUGINS", [
+        peers.Plugin("gone", (), missing), peers.Plugin("bad", (), broken),
+        peers.Plugin("ok", ("fmha_fwd",), lambda f, p, s: {"ok": PeerCall(run=len)}),
+        peers.Plugin("other", ("fmha_decode",), lambda f, p, s: {"other": None})])
+    calls, notes = peers.gather(FWD, FWD.parse("1x1x64x64/fp16"), [{}])
+    assert list(calls) == ["ok"]
+    assert notes == {"gone": "not here", "bad": "bad: KeyError: 'q'"}
+    calls, notes = peers.gather(FWD, FWD.parse("1x1x64x64/fp16"), [{}], wanted=["gone"])
+    assert calls == {} and list(notes) == ["gone"]
+
+
+def test_nvidia_sample_absent_and_tilegym_shape_limits_are_notes(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPAK_PEERS", str(tmp_path))
+    spec = FWD.parse("1x1x64x64/fp16/noncausal")
+    with pytest.raises(peers.PeerMissing, match="ci/peers_fetch.py"):
+        peers._sample(FWD, spec, [{}])
+    with pytest.raises(peers.PeerMissing, match="Sq != Sk"):
+        peers._sample(FWD, FWD.parse("1x1x32:64x64/fp16/causal"), [{}])
+    dec = get("fmha_decode")
+    with pytest.raises(peers.PeerMissing, match="contiguous full-length"):
+        peers._tilegym(dec, dec.parse("1x8:2x256x64/page16"), [{}])
+
+
+def test_copy_peer_moves_the_familys_bytes_and_is_not_compared(fake_cuda):
+    dec = get("fmha_decode")
+    p = dec.parse("2x8:2x256x64")
+    sets = dec.gpu_input_sets(p, 0, 2, "cpu")
+    calls = peers._copy(dec, p, sets)
+    cp = calls["copy"]
+    assert cp.checked is False
+    dst = cp.run(sets[1])
+    assert 2 * dst.numel() == dec.bytes_moved(p) - dec.bytes_moved(p) % 2
+    assert dst.float().std() > 0                       # random bytes, never zeros
+    row = case._peer(dec, "copy", cp, sets, None)
+    assert row["note"].startswith("not compared") and "rel_l2" not in row
+
+
+def test_error_ratios_are_ours_over_each_peers():
+    rows = [{"provider": "spak-fused", "kernel": "fused", "rel_l2": 1e-4},
+            {"provider": "sdpa-flash", "kernel": None, "rel_l2": 2e-4},
+            {"provider": "copy", "kernel": None}]
+    case.error_ratios(rows)
+    assert rows[0]["err_ratio"] == {"sdpa-flash": pytest.approx(0.5)}
+
+
+def test_run_case_times_both_modes_and_eager_calls_the_public_entry(sim_launch,
+                                                                    monkeypatch):
+    api_calls = []
+
+    def eager_call(kernel, problem, inputs):
+        return lambda: api_calls.append(kernel)
+    monkeypatch.setattr(FWD, "eager_call", eager_call)
+    spec = FWD.parse("1x1x64x64/fp16/noncausal")
+    rows = case.run_case(spec, ("fused",), run_args(tiles=(64, 64), no_time=False,
+                                                    no_sim=True, peers=["sdpa"],
+                                                    timing=["kernel", "eager"], repeats=2),
+                         sim_env(), 500.0, lambda r: None, FWD)
+    ours = rows[0]
+    assert set(ours["modes"]) == {"kernel", "eager"}
+    assert ours["timing_mode"] == "kernel"
+    assert ours["ms_median"] == ours["modes"]["kernel"]["ms_median"] > 0
+    assert ours["modes"]["eager"]["call"] == "public entry" and api_calls
+    assert ours["modes"]["kernel"]["call"] == "planned launches"
+
+
+def test_plot_run_draws_one_panel_per_mode(tmp_path):
+    pytest.importorskip("matplotlib")
+    from spak.report.runplot import plot_run, run_series
+    rows = [{"case": "c1", "provider": p, "flops": 1e12, "ms_median": ms,
+             "modes": {"kernel": {"ms_median": ms}, "eager": {"ms_median": 2 * ms}}}
+            for p, ms in (("spak-fused", 1.0), ("sdpa-flash", 2.0))]
+    metric, series = run_series(rows)
+    assert metric == "TFLOPS" and series["eager"]["c1"]["spak-fused"] == pytest.approx(500)
+    out = plot_run(rows, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000 and out.endswith("p.png")
+    assert plot_run([], tmp_path / "q.png").startswith("nothing timed")
+
+
+def test_spak_run_rejects_an_unknown_mode_or_peer(capsys):
+    from spak.cli import main
+    assert main(["run", "--timing", "kernel,slow", "--shapes", "1x2x64x64"]) == 2
+    assert "unknown mode(s) ['slow']" in capsys.readouterr().err
+    assert main(["run", "--peers", "sdpa,nope", "--shapes", "1x2x64x64"]) == 2
+    assert "unknown peer(s) ['nope']" in capsys.readouterr().err
+
+
+_ = (HostEvent, stub_cuda_timing, types)
