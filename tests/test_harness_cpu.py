@@ -137,3 +137,24 @@ def test_spak_run_rejects_an_unknown_mode_or_peer(capsys):
 
 
 _ = (HostEvent, stub_cuda_timing, types)
+
+
+def test_spak_run_with_two_modes_and_a_plot_on_the_simulator(sim_launch, monkeypatch,
+                                                             tmp_path, capsys):
+    """The command end to end: both modes timed, the peers' lines, one plot."""
+    pytest.importorskip("matplotlib")
+    from spak.cli import main
+    from tests.helpers_gpu_loop import patch_run_env
+    patch_run_env(monkeypatch, torch)
+    from spak.device import gpurun
+    monkeypatch.setattr(gpurun, "matmul_ceiling", lambda *a, **k: {"tflops": 900.0,
+                                                                   "ms_median": 1.0})
+    monkeypatch.setattr(FWD, "eager_call", lambda kernel, p, x: None)
+    code = main(["run", "--shapes", "1x1x64x64/fp16/noncausal", "--tiles", "64x64",
+                 "--no-sim", "--timing", "kernel,eager", "--peers", "sdpa,nvidia-sample",
+                 "--repeats", "1", "--out", "-", "--plot", str(tmp_path / "run.png")])
+    err = capsys.readouterr().out
+    assert code == 0, err
+    assert "spak-fused" in err and "kernel " in err and "eager " in err
+    assert "nvidia-sample" in err and "skipped" in err
+    assert (tmp_path / "run.png").is_file()
