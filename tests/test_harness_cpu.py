@@ -64,7 +64,7 @@ def test_a_missing_peer_is_a_note_and_a_broken_one_too(monkeypatch):
 def test_nvidia_sample_absent_and_tilegym_shape_limits_are_notes(monkeypatch, tmp_path):
     monkeypatch.setenv("SPAK_PEERS", str(tmp_path))
     spec = FWD.parse("1x1x64x64/fp16/noncausal")
-    with pytest.raises(peers.PeerMissing, match="ci/peers_fetch.py"):
+    with pytest.raises(peers.PeerMissing, match="tools/peers_fetch.py"):
         peers._sample(FWD, spec, [{}])
     with pytest.raises(peers.PeerMissing, match="Sq != Sk"):
         peers._sample(FWD, FWD.parse("1x1x32:64x64/fp16/causal"), [{}])

@@ -184,7 +184,7 @@ def register(subparsers) -> None:
     p.add_argument("--dump", default=None, metavar="NPZ",
                    help="write the slices the simulator does not reproduce bit for bit "
                         "(inputs + GPU output, <= 15 MiB) to NPZ, for offline replay with "
-                        "ci/agree_replay.py")
+                        "tools/agree_replay.py")
     p.add_argument("--no-time", action="store_true", help="correctness only, no timing")
     p.add_argument("--no-sdpa", action="store_true", help="do not time SDPA's backends")
     p.add_argument("--peers", type=_csv, default=None, metavar="A,B",

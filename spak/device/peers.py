@@ -12,7 +12,7 @@ Built in:
   sdpa           the family's own SDPA peers (fam.peer_calls: flash, cuDNN, efficient;
                  the backward's also time forward + backward)
   nvidia-sample  NVIDIA's cuTile FMHA sample (samples/AttentionFMHA.py of cutile-python),
-                 fetched into the ignored .peers/ by ci/peers_fetch.py; our launcher of its
+                 fetched into the ignored .peers/ by tools/peers_fetch.py; our launcher of its
                  kernel (its host code is not used), fmha_fwd
   tilegym        TileGym's cuTile ops (tile_fmha, fmha_decode), imported from the
                  `tilegym` package: installed, or .peers/tilegym/src, or .peers/
@@ -81,7 +81,7 @@ def _sample(fam, problem, sets) -> dict:
     _dense_fwd(problem, "nvidia-sample")
     path = peers_dir() / "samples" / "AttentionFMHA.py"
     if not path.is_file():
-        raise PeerMissing(f"nvidia-sample: {path} missing (python ci/peers_fetch.py)")
+        raise PeerMissing(f"nvidia-sample: {path} missing (python tools/peers_fetch.py)")
     sys.path.insert(0, str(path.parent))          # the sample imports its utils/ package
     try:
         spec = importlib.util.spec_from_file_location("nvidia_attention_fmha", path)
