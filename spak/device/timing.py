@@ -72,11 +72,9 @@ def input_sets_for(fam, problem, l2_bytes: int, max_sets: int) -> int:
     return input_set_count(moved, l2_bytes, max_sets)
 
 
-def time_events(fn, n_sets: int, *, warmup: int = 3, batches: int = 10,
-                target_s: float = 0.3, max_per_batch: int = 100) -> dict:
-    """Time ``fn(i)`` (i rotating over ``n_sets`` input sets) by the module's method:
-    ``batches`` batches of about ``target_s / batches`` seconds each. Returns stats (ms)
-    plus runs, batches and per_batch."""
+def _warm_estimate(fn, n_sets: int, warmup: int):
+    """``warmup`` calls over the sets, a sync, then one call of set 0 between a CUDA event
+    pair: (its ms, at least 1e-3; the two events, for reuse)."""
     import torch
     for i in range(warmup):
         fn(i % n_sets)
@@ -86,7 +84,16 @@ def time_events(fn, n_sets: int, *, warmup: int = 3, batches: int = 10,
     fn(0)
     e.record()
     e.synchronize()
-    est_ms = max(s.elapsed_time(e), 1e-3)
+    return max(s.elapsed_time(e), 1e-3), s, e
+
+
+def time_events(fn, n_sets: int, *, warmup: int = 3, batches: int = 10,
+                target_s: float = 0.3, max_per_batch: int = 100) -> dict:
+    """Time ``fn(i)`` (i rotating over ``n_sets`` input sets) by the module's method:
+    ``batches`` batches of about ``target_s / batches`` seconds each. Returns stats (ms)
+    plus runs, batches and per_batch."""
+    import torch
+    est_ms, s, e = _warm_estimate(fn, n_sets, warmup)
     batch_ms = 1e3 * target_s / max(batches, 1)
     per_batch = int(min(max_per_batch, max(1, round(batch_ms / est_ms))))
     sleep = getattr(torch.cuda, "_sleep", None)
@@ -119,15 +126,8 @@ def time_flushed(fn, n_sets: int, *, warmup: int = 3, target_s: float = 0.3,
     "kernel"."""
     import torch
     cache = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device)
-    for i in range(warmup):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn(0)
-    e.record()
-    e.synchronize()
-    n = int(min(max_calls, max(5, 1e3 * target_s / max(s.elapsed_time(e), 1e-3))))
+    est_ms, _, _ = _warm_estimate(fn, n_sets, warmup)
+    n = int(min(max_calls, max(5, 1e3 * target_s / est_ms)))
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
              for _ in range(n)]
     for k, (a, b) in enumerate(pairs):
