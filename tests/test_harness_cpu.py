@@ -158,3 +158,44 @@ def test_spak_run_with_two_modes_and_a_plot_on_the_simulator(sim_launch, monkeyp
     assert "spak-fused" in err and "kernel " in err and "eager " in err
     assert "nvidia-sample" in err and "skipped" in err
     assert (tmp_path / "run.png").is_file()
+
+
+@pytest.mark.skipif(not (peers.peers_dir() / "samples" / "AttentionFMHA.py").is_file(),
+                    reason="no .peers/samples (python tools/peers_fetch.py): not vendored")
+@pytest.mark.parametrize("shape", ["1x2x64x64/fp16/noncausal", "1x4:2x128x128/fp16/causal"])
+def test_nvidia_sample_peer_computes_attention_in_interpreter_mode(shape):
+    """Our launcher of NVIDIA's sample kernel (grid, argument order, GQA, causal) on the
+    simulator: its output matches float64 like ours does."""
+    from spak.sim import interpret
+    spec = FWD.parse(shape)
+    sets = FWD.gpu_input_sets(spec, 0, 1, "cpu")
+    interpret.enable()
+    try:
+        peer = peers._sample(FWD, spec, sets)["nvidia-sample"]
+        out = peer.run(sets[0])
+    finally:
+        interpret.disable()
+    ref = FWD.gpu_reference(spec, sets[0])["out"]
+    err = float(((out.double() - ref.double()).norm() / ref.double().norm()))
+    assert torch.isfinite(out).all() and err < 1e-3
+
+
+def test_tilegym_decode_peer_in_interpreter_mode():
+    """TileGym's fmha_decode through the plug-in (layout [B, H, S, D] copies made per set,
+    output back in ours) on the simulator, where TileGym is importable (.peers/, PYTHONPATH)."""
+    from spak.sim import interpret
+    dec = get("fmha_decode")
+    p = dec.parse("1x4:1x64x64")
+    sets = dec.gpu_input_sets(p, 0, 1, "cpu")
+    interpret.enable(tensor_is_cuda=True)
+    try:
+        try:
+            call = peers._tilegym(dec, p, sets)["tilegym"]
+        except peers.PeerMissing as exc:
+            pytest.skip(str(exc))
+        out = call.run(sets[0])
+    finally:
+        interpret.disable()
+    ref = dec.gpu_reference(p, sets[0])["out"]
+    assert out.shape == ref.shape and torch.isfinite(out).all()
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 1e-3

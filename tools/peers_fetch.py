@@ -56,7 +56,12 @@ def main(argv=None) -> int:
     ap.add_argument("--mirror", default="/work/.mirror", help="folder of OWNER+NAME/repo mirrors")
     args = ap.parse_args(argv)
     DEST.mkdir(exist_ok=True)
-    rec = [copy_repo(Path(args.mirror), *s) for s in SOURCES]
+    rec = []
+    for src in SOURCES:                   # a repository without a mirror here is skipped
+        if not (Path(args.mirror) / src[0].replace("/", "+") / "repo").is_dir():
+            print(f"{src[0]}: no mirror under {args.mirror}: skipped", file=sys.stderr)
+            continue
+        rec.append(copy_repo(Path(args.mirror), *src))
     (DEST / "SOURCES.json").write_text(json.dumps(rec, indent=1))
     # the copy that travels: one .tar.xz (the tree sent to a GPU machine is capped at 64 MiB)
     import tarfile
