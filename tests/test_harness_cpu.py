@@ -95,6 +95,13 @@ def test_error_ratios_are_ours_over_each_peers():
     assert rows[0]["err_ratio"] == {"sdpa-flash": pytest.approx(0.5)}
 
 
+def test_copy_fraction_is_the_copys_time_over_ours():
+    rows = [{"provider": "spak-splitkv", "kernel": "splitkv", "ms_median": 2.0},
+            {"provider": "copy", "kernel": None, "ms_median": 1.5}]
+    case.copy_fraction(rows)
+    assert rows[0]["of_copy"] == pytest.approx(0.75) and "of_copy" not in rows[1]
+
+
 def test_run_case_times_both_modes_and_eager_calls_the_public_entry(sim_launch,
                                                                     monkeypatch):
     api_calls = []
@@ -146,6 +153,7 @@ def test_spak_run_with_two_modes_and_a_plot_on_the_simulator(sim_launch, monkeyp
     from spak.cli import main
     from tests.helpers_gpu_loop import patch_run_env
     patch_run_env(monkeypatch, torch)
+    monkeypatch.setenv("SPAK_PEERS", str(tmp_path / "none"))      # the sample is missing
     from spak.device import gpurun
     monkeypatch.setattr(gpurun, "matmul_ceiling", lambda *a, **k: {"tflops": 900.0,
                                                                    "ms_median": 1.0})

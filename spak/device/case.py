@@ -122,6 +122,7 @@ def run_case(spec, kernels, args, env, ceiling: Optional[float], emit, fam=None)
                 st["call"] = ("public entry" if m == "eager" and row["provider"] in eager
                               else "planned launches" if row.get("kernel") else "peer call")
     error_ratios(done)
+    copy_fraction(done)
     for row in done:
         finish(row)
     del sets, ref, peer_ref, timers
@@ -168,6 +169,17 @@ def error_ratios(rows: list[dict]) -> None:
     for r in rows:
         if r.get("kernel") and r.get("rel_l2") is not None and peers:
             r["err_ratio"] = {p: r["rel_l2"] / e for p, e in peers.items()}
+
+
+def copy_fraction(rows: list[dict]) -> None:
+    """Each timed row of ours gets "of_copy": the same-size copy's time over ours, i.e. the
+    fraction of the bandwidth a copy of the same bytes reaches (the decode's bound)."""
+    copy = next((r for r in rows if r["provider"] == "copy" and r.get("ms_median")), None)
+    if copy is None:
+        return
+    for r in rows:
+        if r.get("kernel") and r.get("ms_median"):
+            r["of_copy"] = copy["ms_median"] / r["ms_median"]
 
 
 def _our_kernel(fam, kernel, spec, sets, ref, peer_ref, args, env, device):

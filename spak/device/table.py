@@ -86,7 +86,11 @@ def _providers_lines(rows: list[dict]) -> list[str]:
                               for m, st in modes.items())
             rate = (f"  {r['gb_per_s']:.0f} GB/s" if r.get("gb_per_s") is not None
                     else f"  {r['tflops']:.0f} TFLOPS" if r.get("tflops") else "")
+            if r.get("of_copy"):
+                rate += f"  {r['of_copy']:.2f} of the same-size copy"
             out.append(f"    {r['provider']:16} {cells}{rate}")
+        elif not r["provider"].startswith("spak-") and r.get("error"):
+            out.append(f"    {r['provider']:16} error: {str(r['error']).splitlines()[0][:200]}")
         elif not r["provider"].startswith("spak-") and (r.get("note") or r.get("skipped")):
             out.append(f"    {r['provider']:16} skipped: {r.get('note') or r['skipped']}")
     return out
