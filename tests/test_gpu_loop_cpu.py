@@ -194,7 +194,9 @@ def _args(**kw):
     return run_args(**{"tiles": (64, 64), **kw})
 
 
-def test_run_case_checks_simulates_and_times_every_provider(sim_launch):
+def test_run_case_checks_simulates_and_times_every_provider(sim_launch, monkeypatch,
+                                                            tmp_path):
+    monkeypatch.setenv("SPAK_PEERS", str(tmp_path))      # no fetched peers: notes
     spec = FWD.parse("1x1x64x64/fp16/noncausal")
     rows = []
     out = case.run_case(spec, ("fused", "naive"), _args(no_time=False), sim_env(), 500.0,
