@@ -133,7 +133,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(gpurun.save_dump(args.dump, env.dump), file=log, flush=True)
     if args.plot:
         from spak.report.runplot import plot_run
-        print(f"plot: {plot_run(all_rows, args.plot)}", file=log, flush=True)
+        try:
+            print(f"plot: {plot_run(all_rows, args.plot)}", file=log, flush=True)
+        except ImportError as e:           # the rows are written; only the figure is lost
+            print(f"plot: not drawn, needs matplotlib ({e}); pip install -e \".[report]\"",
+                  file=log, flush=True)
     if args.json:
         print(json.dumps(jsonable({"spak": __version__, "command": "run", "env": env.base,
                                    "ceiling_tflops": ceiling, "rows": all_rows,
