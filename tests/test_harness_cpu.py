@@ -59,6 +59,11 @@ def test_a_missing_peer_is_a_note_and_a_broken_one_too(monkeypatch):
     assert notes == {"gone": "not here", "bad": "bad: KeyError: 'q'"}
     calls, notes = peers.gather(FWD, FWD.parse("1x1x64x64/fp16"), [{}], wanted=["gone"])
     assert calls == {} and list(notes) == ["gone"]
+    # a plug-in off by default runs only when named
+    monkeypatch.setattr(peers, "PLUGINS", [peers.Plugin(
+        "slow", (), lambda f, p, s: {"slow": PeerCall(run=len)}, default=False)])
+    assert peers.gather(FWD, FWD.parse("1x1x64x64/fp16"), [{}]) == ({}, {})
+    assert list(peers.gather(FWD, FWD.parse("1x1x64x64/fp16"), [{}], ["slow"])[0]) == ["slow"]
 
 
 def test_nvidia_sample_absent_and_tilegym_shape_limits_are_notes(monkeypatch, tmp_path):

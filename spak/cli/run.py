@@ -192,9 +192,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-time", action="store_true", help="correctness only, no timing")
     p.add_argument("--no-sdpa", action="store_true", help="do not time SDPA's backends")
     p.add_argument("--peers", type=_csv, default=None, metavar="A,B",
-                   help="peer plug-ins to time (spak.device.peers: sdpa, nvidia-sample, "
-                        "tilegym, flashinfer, copy; default: every one serving the family; "
-                        "a missing one is a row note)")
+                   help="peer plug-ins to time (spak.device.peers: sdpa, sdpa-math, "
+                        "nvidia-sample, tilegym, flashinfer, copy; default: every one "
+                        "serving the family but sdpa-math; a missing one is a row note)")
     p.add_argument("--timing", type=_csv, default=["kernel"], metavar="MODE[,MODE]",
                    help="timing modes (spak.device.timing.MODES): kernel (GPU time, back to "
                         "back, L2 defeated by rotated inputs), flush (do_bench: each call "

@@ -11,6 +11,7 @@ note and goes on. Adding a peer is one function and one `PLUGINS` line in this f
 Built in:
   sdpa           the family's own SDPA peers (fam.peer_calls: flash, cuDNN, efficient;
                  the backward's also time forward + backward)
+  sdpa-math      SDPA's math backend, fmha_fwd, only when named (--peers)
   nvidia-sample  NVIDIA's cuTile FMHA sample (samples/AttentionFMHA.py of cutile-python),
                  fetched into the ignored .peers/ by tools/peers_fetch.py; our launcher of its
                  kernel (its host code is not used), fmha_fwd
@@ -48,6 +49,7 @@ class Plugin:
     families: tuple            # family names served; () = every family
     make: Callable             # make(fam, problem, sets) -> {provider: PeerCall}
     doc: str = ""
+    default: bool = True       # False: only when --peers names it (slow or special)
 
 
 def peers_dir() -> Path:
@@ -66,12 +68,20 @@ def _sdpa(fam, problem, sets) -> dict:
     return calls
 
 
-def _dense_fwd(problem, what: str) -> None:
-    """PeerMissing unless ``problem`` is a plain forward the sample/TileGym compute: no
-    mask, and causal only with Sq == Sk (their causal is top-left)."""
+def _sdpa_math(fam, problem, sets) -> dict:
+    """SDPA's math backend (materialises S x S: slow, memory-bound; asked for by name)."""
+    from spak.device.sdpa import sdpa_peers
+    if fam.name != "fmha_fwd":
+        raise PeerMissing("sdpa-math: forward only")
+    return sdpa_peers(problem, sets[0], ["sdpa-math"])
+
+
+def _dense_fwd(problem, what: str, top_left: bool = True) -> None:
+    """PeerMissing unless ``problem`` is a plain forward the peer computes: no mask, and
+    (``top_left``: its causal is top-left, as the sample's) causal only with Sq == Sk."""
     if getattr(problem, "mask", None):
         raise PeerMissing(f"{what}: no attention mask")
-    if problem.causal and problem.Sq != problem.Sk:
+    if top_left and problem.causal and problem.Sq != problem.Sk:
         raise PeerMissing(f"{what}: causal is top-left there; Sq != Sk differs from ours")
 
 
@@ -122,7 +132,7 @@ def _import_tilegym(module: str):
 def _tilegym(fam, problem, sets) -> dict:
     p = problem
     if fam.name == "fmha_fwd":
-        _dense_fwd(p, "tilegym")
+        _dense_fwd(p, "tilegym", top_left=False)      # its input_pos = Sk - Sq: bottom-right
         att = _import_tilegym("tilegym.ops.cutile.attention")
         return {"tilegym": PeerCall(run=lambda x: att.tile_fmha(
             x["q"], x["k"], x["v"], scaling=1.0 / math.sqrt(p.D), is_causal=p.causal))}
@@ -185,6 +195,7 @@ def _copy(fam, problem, sets) -> dict:
 #: every peer plug-in, in the order rows list them
 PLUGINS = [
     Plugin("sdpa", (), _sdpa, "PyTorch SDPA's backends (the family's peer_calls)"),
+    Plugin("sdpa-math", ("fmha_fwd",), _sdpa_math, "SDPA's math backend", default=False),
     Plugin("nvidia-sample", ("fmha_fwd",), _sample, "NVIDIA's cuTile FMHA sample (.peers/)"),
     Plugin("tilegym", ("fmha_fwd", "fmha_decode"), _tilegym, "TileGym's cuTile ops"),
     Plugin("flashinfer", ("fmha_fwd", "fmha_decode"), _flashinfer, "FlashInfer, if installed"),
@@ -199,11 +210,12 @@ def names(fam=None) -> list[str]:
 
 def gather(fam, problem, sets, wanted=None) -> tuple[dict, dict]:
     """({provider: PeerCall}, {plug-in name: why it is missing}) for one problem: every
-    plug-in serving the family (or those in ``wanted``). Nothing raised: a plug-in's
+    default plug-in serving the family (or those in ``wanted``). Nothing raised: a plug-in's
     PeerMissing, or any other failure building it, is a note."""
     calls, notes = {}, {}
     for plug in PLUGINS:
-        if plug.name not in names(fam) or (wanted is not None and plug.name not in wanted):
+        if plug.name not in names(fam) or (plug.name not in wanted if wanted is not None
+                                           else not plug.default):
             continue
         try:
             calls.update(plug.make(fam, problem, sets))
