@@ -85,6 +85,24 @@ def _dense_fwd(problem, what: str, top_left: bool = True) -> None:
         raise PeerMissing(f"{what}: causal is top-left there; Sq != Sk differs from ours")
 
 
+_SAMPLES: dict = {}            # path -> the imported sample (one kernel object: one compile)
+
+
+def _load_sample(path: Path):
+    if path not in _SAMPLES:
+        sys.path.insert(0, str(path.parent))      # the sample imports its utils/ package
+        try:
+            spec = importlib.util.spec_from_file_location("nvidia_attention_fmha", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        except Exception as exc:  # noqa: BLE001 -- not importable here: a note
+            raise PeerMissing(f"nvidia-sample: import failed ({type(exc).__name__}: {exc})")
+        finally:
+            sys.path.remove(str(path.parent))
+        _SAMPLES[path] = mod
+    return _SAMPLES[path]
+
+
 def _sample(fam, problem, sets) -> dict:
     import torch
     import cuda.tile as ct
@@ -92,15 +110,7 @@ def _sample(fam, problem, sets) -> dict:
     path = peers_dir() / "samples" / "AttentionFMHA.py"
     if not path.is_file():
         raise PeerMissing(f"nvidia-sample: {path} missing (python tools/peers_fetch.py)")
-    sys.path.insert(0, str(path.parent))          # the sample imports its utils/ package
-    try:
-        spec = importlib.util.spec_from_file_location("nvidia_attention_fmha", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    except Exception as exc:  # noqa: BLE001 -- not importable here: a note
-        raise PeerMissing(f"nvidia-sample: import failed ({type(exc).__name__}: {exc})")
-    finally:
-        sys.path.remove(str(path.parent))
+    mod = _load_sample(path)
     p = problem
     tm, tn = (64, 64) if p.D <= 64 else (128, 64)       # its own configs for these D
     outs = {id(x): torch.empty_like(x["q"]) for x in sets}
