@@ -205,9 +205,10 @@ def test_run_case_checks_simulates_and_times_every_provider(sim_launch, monkeypa
     names = [r["provider"] for r in rows]
     assert names[:5] == ["spak-fused", "spak-naive", "sdpa-flash", "sdpa-cudnn",
                          "sdpa-efficient"]
-    # every other peer plug-in of the forward is a row: timed, or skipped with the reason
+    # every other peer plug-in of the forward is a row: timed, skipped with the reason, or
+    # (a peer importable here whose CPU call fails) its error: never the end of the run
     assert set(names[5:]) <= {"nvidia-sample", "tilegym", "flashinfer"}
-    assert all(r.get("ms_median") or (r.get("skipped") and r.get("note"))
+    assert all(r.get("ms_median") or (r.get("skipped") and r.get("note")) or r.get("error")
                for r in rows[5:])
     for r in rows[:2]:
         assert r["passed"] and r["family"] == "fmha_fwd" and r["case"] == spec.case_id
@@ -220,7 +221,7 @@ def test_run_case_checks_simulates_and_times_every_provider(sim_launch, monkeypa
                     "first_call_s", "ceiling_tflops", "schema", "gpu"):
             assert key in r, key
     # the SDPA backends have no CPU kernels: each is a skipped row, not a failure
-    assert all(r.get("skipped") or r.get("ms_median") for r in rows[2:])
+    assert all(r.get("skipped") or r.get("ms_median") for r in rows[2:5])
 
 
 def test_run_case_skips_naive_over_its_workspace_limit(sim_launch):
