@@ -212,3 +212,22 @@ def test_tilegym_decode_peer_in_interpreter_mode():
     ref = dec.gpu_reference(p, sets[0])["out"]
     assert out.shape == ref.shape and torch.isfinite(out).all()
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 1e-3
+
+
+def test_decode_rows_carry_gb_per_s_and_the_copys_fraction(sim_launch, monkeypatch):
+    """The decode family through the harness on the simulator: our kernel checked and timed
+    in both modes beside the same-size copy; GB/s and of_copy on our row, the copy's row
+    timed and not compared; SDPA and TileGym notes on a paged cache."""
+    monkeypatch.setenv("SPAK_PEERS", "/nonexistent")
+    dec = get("fmha_decode")
+    spec = dec.parse("1x4:1x64x64/page16")
+    rows = case.run_case(spec, dec.kernels[:1],
+                         run_args(no_time=False, no_sim=True, peers=None, repeats=1,
+                                  timing=["kernel", "eager"]),
+                         sim_env(), 500.0, lambda r: None, dec)
+    by = {r["provider"]: r for r in rows}
+    ours = by[f"spak-{dec.kernels[0]}"]
+    assert ours["passed"] and ours["gb_per_s"] > 0 and set(ours["modes"]) == {"kernel", "eager"}
+    assert ours["of_copy"] == pytest.approx(by["copy"]["ms_median"] / ours["ms_median"])
+    assert by["copy"]["note"].startswith("not compared") and by["copy"]["ms_median"] > 0
+    assert "paged" in by["sdpa"]["note"] and by["tilegym"]["skipped"]
