@@ -54,7 +54,7 @@ def default_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> d
     """Default {"TILE_M", "TILE_N"} for a head dim, a target ("sm_90", "sm_120", ...) and
     the causal flag. The tuned-config store (spak.tune.store), when it has an entry, wins.
 
-    sm_90 (H100/H200), from ci/perf_probe.py on an H200 with occupancy 2 (results/
+    sm_90 (H100/H200), from ci/perf_probe.py@f3e1eb2 on an H200 with occupancy 2 (results/
     perf-probe-h200-2026-11-22.md): D<=64: 128x128 non-causal, 128x64 causal (the
     diagonal wastes less of a narrower key tile); D=128: 64x128 (128x128 spills: half
     the speed). D=256 keeps the float32 accumulator small: 64x64.

@@ -17,7 +17,7 @@ The cubin is an ELF file: per-kernel facts are records in its ``.nv.info`` secti
 (register count, stack frame, required block size) and the static shared memory is the
 size of its ``.nv.shared.<kernel>`` section (less the 1 KiB system reservation that
 section includes when the cubin has a ``.nv.shared.reserved.0`` section), the number the
-driver reports. Only the standard library is used (no cuobjdump). ``ci/occupancy_check.py`` compares these numbers with the CUDA driver's own
+driver reports. Only the standard library is used (no cuobjdump). ``tools/occupancy_check.py`` compares these numbers with the CUDA driver's own
 (cuFuncGetAttribute, cuOccupancyMaxActiveBlocksPerMultiprocessor) on a GPU.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ class SMLimits:
     reserved_shared_bytes: int = 1024
 
 
-#: sm_90 (H100/H200) is checked against the driver (ci/occupancy_check.py); the others
+#: sm_90 (H100/H200) is checked against the driver (tools/occupancy_check.py); the others
 #: come from the Programming Guide's table only.
 SM_LIMITS = {
     "sm_80": SMLimits(shared_bytes=167936),                                   # 164 KiB
@@ -162,7 +162,7 @@ def read_cubin(data: bytes) -> list[KernelResources]:
         if ".nv.shared.reserved.0" in secs:
             # The kernel's section then also spans the 1 KiB per-block system reservation:
             # on all 96 sm_90 sweep builds the driver's static size (cuFuncGetAttribute)
-            # was exactly 1024 bytes less (H100, ci/occupancy_check.py, 2026-11-22).
+            # was exactly 1024 bytes less (H100, tools/occupancy_check.py, 2026-11-22).
             shared = max(shared - _RESERVED_WINDOW, 0)
         code = hashlib.sha1(data[s["offset"]:s["offset"] + s["size"]]).hexdigest()
         kernels.append(KernelResources(name=name, registers=facts[_EIATTR_REGCOUNT],

@@ -2,7 +2,7 @@
 step, so the simulator gives the GPU's bits instead of the correctly rounded value.
 
 Read from the SASS of cuTile kernels compiled for sm_90 on the CPU (tileiras + nvdisasm:
-ci/sim_ops_gpu.py's `unary` kernel; docs/sim-coverage.md names the probe): ct.log and
+tools/sim_ops_gpu.py's `unary` kernel; docs/sim-coverage.md names the probe): ct.log and
 ct.log2 are libdevice's logf/log2f (an integer range reduction and an FFMA polynomial),
 ct.exp is libdevice's expf (FFMA.SAT/FFMA.RM range reduction, MUFU.EX2 of the remainder, a
 scale by a power of two), ct.exp2 without flush_to_zero is ex2.approx.f32 (MUFU.EX2, with

@@ -1,6 +1,6 @@
 """MUFU.RSQ and MUFU.TANH, the sm_90 hardware reciprocal square root behind ct.rsqrt
 (rsqrt.approx.f32) and tanh behind ct.tanh(..., rounding_mode=APPROX) (tanh.approx.f32),
-from tables measured on an H100 (issue 19; ci/mufu_probe.py, results/samples-h100-2026-11-24
+from tables measured on an H100 (issue 19; tools/mufu_probe.py, results/samples-h100-2026-11-24
 and results/samples-h100-2026-11-24c).
 
 The probe ran ct.rsqrt on every fp32 in [1, 4) (2^24 inputs: the exponent's parity
@@ -57,7 +57,7 @@ def rsqrt_sm90(x: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- MUFU.TANH
 #
-# ci/mufu_probe.py --tanh-table ran tanh.approx.f32 on every fp32 in [2^-8, 8) and on its
+# tools/mufu_probe.py --tanh-table ran tanh.approx.f32 on every fp32 in [2^-8, 8) and on its
 # negative (results/samples-h100-2026-11-24c): odd on all of them; in binade 2^e the result
 # is constant on aligned runs of 2^s inputs (s = 6, 6, 6, 5, 5, 4, 4, 4, 3, 2, 3 for
 # e = -8 .. 2: the hardware reads the top 23 - s mantissa bits); below 2^-8 it is x itself

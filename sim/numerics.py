@@ -8,12 +8,12 @@ numpy alike, so they need no model.
 
 `Sm90` ("sm_90") is the model measured on an H200 (docs/numerics-sm90.md): the tensor
 core's truncating k16 fused sums and the row-sum tree bit for bit, exp2 and approximate
-division declared approximate until ci/numerics_tables.py records the MUFU tables.
+division declared approximate until tools/numerics_tables.py records the MUFU tables.
 
 `Sm120` ("sm_120", RTX 5070) and `Sm89` ("sm_89", L4) are not measured: their tensor-core
 arithmetic is MMA-Sim's for those GPUs (checked bit for bit by tests/test_mmasim_oracle.py;
 sm_89 differs: 8-term steps, 24 bits), their compiler facts are read from the cubins'
-SASS (ci/sass_trace_mma.py; sm_120 sums a loaded row's lane chunks in another order), and
+SASS (tools/sass_trace_mma.py; sm_120 sums a loaded row's lane chunks in another order), and
 the MUFU tables are sm_90's, assumed (docs/numerics-sm120.md, docs/numerics-sm89.md).
 
 `Sm90v0` ("sm_90-v0") is the first declared model. What it assumes, and what is not yet calibrated
@@ -54,7 +54,7 @@ GATHER_LAYOUT = "gather"
 HALF_BLOCKED_LAYOUT = "blocked16"
 #: the layout ops.sum passes for an mma or gather result summed as it is (Tile.raw: no op
 #: applied since): sm_90 reduces those in another order than values computed from them
-#: (ci/sim_ops_gpu.py --shapes on an H100, docs/numerics-sm90.md 16); models that do not
+#: (tools/sim_ops_gpu.py --shapes on an H100, docs/numerics-sm90.md 16); models that do not
 #: tell them apart map them back (Sm90.sum)
 MMA_RAW_LAYOUT, GATHER_RAW_LAYOUT = "mma-raw", "gather-raw"
 RAW_LAYOUTS = {MMA_LAYOUT: MMA_RAW_LAYOUT, "gather": GATHER_RAW_LAYOUT}
@@ -879,7 +879,7 @@ MUFU_TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "
 
 
 def load_mufu_tables(path=MUFU_TABLES):
-    """The measured MUFU.EX2 / MUFU.RCP tables (ci/numerics_tables.py writes them on a GPU),
+    """The measured MUFU.EX2 / MUFU.RCP tables (tools/numerics_tables.py writes them on a GPU),
     or empty arrays when there are none yet."""
     if path and os.path.exists(path):
         with np.load(path) as f:
@@ -962,7 +962,7 @@ def fragment_row_tree_f32(x: np.ndarray) -> np.ndarray:
     """float32 row sums of an mma accumulator tile summed as it is (no op since the mma):
     lane t of a quad reduces its values in fragment order (columns 8k + 2t, 8k + 2t + 1, k
     ascending) as a pairwise tree of neighbours ((v0 + v1) + (v2 + v3)) + ..., then the
-    quad meets by butterflies xor 2, xor 1. Measured on an H100 (ci/sim_ops_gpu.py
+    quad meets by butterflies xor 2, xor 1. Measured on an H100 (tools/sim_ops_gpu.py
     --shapes): 100% on 64x128, 128x64, 128x128, 256x64 and 256x128 tiles, where a computed
     tile (exp2 of the same) keeps the two chains of fragment_row_sum_f32."""
     x = np.asarray(x, np.float32)
@@ -984,7 +984,7 @@ def fragment_col_sum_f32(x: np.ndarray) -> np.ndarray:
     8, 4 (rows 4, 2, 1 apart), the warps through shared memory as (w0 + w2) + (w1 + w3).
     Found by fitting orders to the recorded LSEs (no SASS read). The m64 blocks meet as
     neighbours ((b0 + b1) + (b2 + b3)): the same as halving for M = 128, and what a 256-row
-    accumulator summed as it is showed on an H100 (ci/sim_ops_gpu.py --shapes, 256 x 16
+    accumulator summed as it is showed on an H100 (tools/sim_ops_gpu.py --shapes, 256 x 16
     and 256 x 64: 100%, halving 47-69%)."""
     x = np.asarray(x, np.float32)
     m, n = x.shape[-2:]
@@ -1008,7 +1008,7 @@ _WARPS, _LANES = 4, 32
 
 def blocked_layout(shape, itemsize):
     """The register layout tileiras gives a loaded 1-D/2-D tile on sm_90, read from the SASS
-    of ci/sim_ops_gpu.py's sum kernels (docs/numerics-sm90.md, "sums of loaded tiles"):
+    of tools/sim_ops_gpu.py's sum kernels (docs/numerics-sm90.md, "sums of loaded tiles"):
     (spt, tpw_r, tpw_c, w_r, w_c). A thread holds spt neighbours of a row (16 bytes, fewer
     when the tile has under 128 x 16 bytes: min(16 // itemsize, numel // 128)); a warp's
     lanes run along the row first, then down rows; the 4 warps likewise. None where the
@@ -1188,13 +1188,13 @@ class Sm90(Sm90v0):
       interpolator is approximated by RN(2^((F+0.35)/2^23)): 86% bit-identical, <= 1 ulp.
     * approximate division: x * RN(1/y), v0's formula (declared approximate, 87.7%, <= 2
       ulp); the GPU's reciprocal is a faithful (< 1 ulp) function of y's 23-bit mantissa.
-    * With sim/data/sm90_mufu.npz present (ci/numerics_tables.py records it on a GPU: all
+    * With sim/data/sm90_mufu.npz present (tools/numerics_tables.py records it on a GPU: all
       2^23 fractions of MUFU.EX2 and mantissas of MUFU.RCP), exp2 and division read the
       measured values instead of the two formulas.
-    * tf32 mma -> fp32 (measured on an H100, 2026-11-24, ci/sim_ops_gpu.py): the same
+    * tf32 mma -> fp32 (measured on an H100, 2026-11-24, tools/sim_ops_gpu.py): the same
       truncating fused sum in steps of 8 products (the operands rounded to tf32, RNE).
     * log, log2, exp, exp2 (no ftz), tanh, sin, cos: the compiler's libdevice sequences
-      (sim.libdevice, read from the SASS), 100% on an H100 (ci/sim_ops_gpu.py); NaN
+      (sim.libdevice, read from the SASS), 100% on an H100 (tools/sim_ops_gpu.py); NaN
       results are the canonical 0x7FFFFFFF.
     * fp16 x fp16 -> fp16 accumulator (cuTile's ct.matmul of fp16 tiles): the exact k16
       step sum rounded to fp16 (RNE) per step (mma_f16_acc; 100% on an H100).
@@ -1359,7 +1359,7 @@ class Sm90(Sm90v0):
                 if self.row_chain_256 and x.ndim >= 2 and x.shape[-2] == 256:
                     # TileGym's FMHA forward with LSE (256x128 tiles, an H100): 26 of 512
                     # LSE values 1 ulp -> 0. Not a shape rule: computed 256-row tiles of
-                    # ci/sim_ops_gpu.py --shapes kept the two chains (docs/numerics-sm90.md 16)
+                    # tools/sim_ops_gpu.py --shapes kept the two chains (docs/numerics-sm90.md 16)
                     return fragment_row_chain_f32(x)
                 return fragment_row_sum_f32(x)
             if _pow2(n):
@@ -1377,7 +1377,7 @@ class Sm90(Sm90v0):
         n = x.shape[1]
         if raw and n >= 128:
             # a gather summed as it is keeps the blocked layout of a 1-D load (2 neighbours
-            # a thread at 256, 4 from 512: an H100, ci/sim_ops_gpu.py --shapes); None
+            # a thread at 256, 4 from 512: an H100, tools/sim_ops_gpu.py --shapes); None
             # lets the caller's blocked_sum take it
             return None
         if _LANES < n < 128 and _pow2(n):
@@ -1405,7 +1405,7 @@ class Sm90(Sm90v0):
         if self.blocked_sums and dtype in (ct.float16, ct.bfloat16):
             # the same order, each op rounded to the tile's dtype (HADD2/HMUL2 and their
             # bf16 forms): 100% on the H100 for 8x256 along both axes and cumprod
-            # (results/samples-h100-2026-11-24, ci/sim_ops_gpu.py --extra)
+            # (results/samples-h100-2026-11-24, tools/sim_ops_gpu.py --extra)
             rnd = _bf16_rne if dtype == ct.bfloat16 else _f16_rne
             r = blocked_scan(x, axis, reverse, lambda a, b: rnd(op(a, b)))
             return None if r is None else np.asarray(r, dtypes.storage(dtype))
@@ -1423,7 +1423,7 @@ _CANONICAL_NAN = {np.dtype(np.float32): (np.uint32, 0x7FFFFFFF),
 
 
 def tanh_approx_sm90(x: np.ndarray) -> np.ndarray:
-    """tanh.approx.f32 (MUFU.TANH) where the H100 probe (ci/mufu_probe.py, every fp32 of
+    """tanh.approx.f32 (MUFU.TANH) where the H100 probe (tools/mufu_probe.py, every fp32 of
     the binades 2^-20 .. 2^4) found it simple: x itself for |x| < 2^-8, +-1 for |x| >= 8.
     Between, MUFU.TANH is constant on runs of 2^3 .. 2^6 inputs but no formula was found
     and a table would hold ~6.3M values: correctly rounded there (not the GPU's bits)."""
@@ -1484,7 +1484,7 @@ class Sm120(Sm90):
     from MMA-Sim and from the SASS tileiras emits (docs/numerics-sm120.md).
 
     * mma fp16/bf16 -> fp32: `ct.mma` becomes HMMA.16816.F32 (mma.sync m16n8k16), chained
-      in ascending K (read from the fused kernel's cubin, ci/sass_trace_mma.py). One k16
+      in ascending K (read from the fused kernel's cubin, tools/sass_trace_mma.py). One k16
       instruction is MMA-Sim's RTX Blackwell fused dot-add: 16 products, F = 25, e_zero =
       -133, RZ to fp32: the sm_90 arithmetic. 100% bit-identical to MMA-Sim 2.1.1 on every
       input class (tests/test_mmasim_oracle.py).
@@ -1522,7 +1522,7 @@ class Sm89(Sm90):
     SASS tileiras emits (docs/numerics-sm89.md).
 
     * mma fp16/bf16 -> fp32: `ct.mma` becomes HMMA.16816.F32 (mma.sync m16n8k16), chained
-      in ascending K (ci/sass_trace_mma.py). MMA-Sim's Ada Lovelace model of one k16
+      in ascending K (tools/sass_trace_mma.py). MMA-Sim's Ada Lovelace model of one k16
       instruction: two fused dot-adds of 8 products each (the first's fp32 result is the
       second's accumulator), 24 fraction bits below the largest exponent kept (truncated),
       e_zero = -132, RZ to fp32. 100% bit-identical to MMA-Sim 2.1.1 on every input class

@@ -534,7 +534,7 @@ _lib.impl("fmha", _composite, "CompositeImplicitAutograd")
 #
 # Host time per eager call matters: for short sequences the kernel takes 70-150 us, and
 # spak.fmha took 80-150 us of host time on an H100 where cuDNN SDPA takes 16-24 us
-# (results/host-profile-h100-2026-11-22; ci/host_profile.py). Two layers are skipped when
+# (results/host-profile-h100-2026-11-22; tools/host_profile.py). Two layers are skipped when
 # that changes nothing: validate() + resolve_tiles() (~24 us) for a call signature already
 # validated, and the custom op's dispatch (~12 us; on a CPU box 11.9 us per call against
 # 1.0 us for a plain Python call) in plain eager mode.

@@ -30,7 +30,7 @@ output equals spak.fmha's on that sequence alone, bit for bit. Registered as the
 ``torch.ops.spak.fmha_varlen`` (fake implementation included) for torch.compile; it
 launches on the current stream, so it can be captured in a CUDA graph and replayed with
 new values and new run lengths of the same shapes (both checked bit for bit against eager
-calls on an H100: ci/decode_bench.py's varlen_graph check). Every bad input
+calls on an H100: ci/decode_bench.py@f3e1eb2's varlen_graph check). Every bad input
 raises ValueError/TypeError naming the argument before anything runs (docs/errors.md).
 """
 from __future__ import annotations

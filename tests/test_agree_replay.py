@@ -1,4 +1,4 @@
-"""spak run --dump's file format round-trips through ci/agree_replay.py (no GPU needed)."""
+"""spak run --dump's file format round-trips through tools/agree_replay.py (no GPU needed)."""
 import importlib.util
 from pathlib import Path
 
@@ -8,7 +8,7 @@ from spak.device.agreement import dump_slice
 from spak.cpu.simrun import simulate_fmha
 
 _spec = importlib.util.spec_from_file_location(
-    "agree_replay", Path(__file__).resolve().parents[1] / "ci" / "agree_replay.py")
+    "agree_replay", Path(__file__).resolve().parents[1] / "tools" / "agree_replay.py")
 agree_replay = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(agree_replay)
 

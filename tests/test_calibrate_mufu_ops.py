@@ -1,6 +1,6 @@
 """`spak calibrate --check` on issue 19's records: MUFU.RSQ offsets and MUFU.TANH's table
-(ci/mufu_probe.py) against the tables the sm_90 model reads, and the per-op kernels
-(ci/sim_ops_gpu.py) re-run on the simulator. The records here are built from the model's
+(tools/mufu_probe.py) against the tables the sm_90 model reads, and the per-op kernels
+(tools/sim_ops_gpu.py) re-run on the simulator. The records here are built from the model's
 own tables (what an H100 recorded, by construction), then one value is changed: the
 check must name the op and fail."""
 import shutil

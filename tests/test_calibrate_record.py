@@ -32,7 +32,7 @@ TINY = ["1x2x17x64/causal/fp16", "2x4:2x77:130x64/noncausal/bf16/mask"]
 def _oracle():
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "mmasim_oracle", Path(__file__).resolve().parents[1] / "ci" / "mmasim_oracle.py")
+        "mmasim_oracle", Path(__file__).resolve().parents[1] / "tools" / "mmasim_oracle.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -1,5 +1,5 @@
 """spak.fmha_kvcache on a CUDA GPU against float64 and the simulator (skipped without one).
-The full matrix and the bandwidth runs are ci/decode_bench.py's."""
+The full matrix and the bandwidth runs are ci/decode_bench.py@f3e1eb2's."""
 from __future__ import annotations
 
 import numpy as np

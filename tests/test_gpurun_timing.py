@@ -50,8 +50,9 @@ def test_time_providers_attaches_stats_to_the_timed_rows(monkeypatch):
             {"provider": "sdpa-flash", "skipped": "not supported"}]
     seen = {}
 
-    def fake_turns(timers, spin, seed, n_sets, contexts):
+    def fake_turns(timers, spin, seed, n_sets, contexts, mode, reps):
         seen.update(names=list(timers), n_sets=n_sets, seed=seed)
+        assert (mode, reps) == ("kernel", 3)
         return {n: {"ms_median": 1.0 + i} for i, n in enumerate(timers)}
     monkeypatch.setattr(timing, "time_turns", fake_turns)
     case.time_providers(rows, {"spak-fused": _fn("f"), "sdpa-cudnn": _fn("c")}, 5, seed=7)
@@ -59,6 +60,7 @@ def test_time_providers_attaches_stats_to_the_timed_rows(monkeypatch):
     assert rows[0]["ms_median"] == 1.0 and rows[1]["ms_median"] == 2.0
     assert rows[0]["timing"] == rows[1]["timing"] == "in turns"
     assert rows[0]["input_sets"] == 5
+    assert rows[0]["modes"] == {"kernel": {"ms_median": 1.0, "timing": "in turns"}}
     assert "ms_median" not in rows[2]
 
 

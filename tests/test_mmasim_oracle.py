@@ -3,9 +3,9 @@
 MMA-Sim (arXiv 2511.10909, `mmasim==2.1.1` in the `test` extra) is a bit-accurate model of
 tensor-core instructions validated by its authors on the hardware; here it is the oracle
 for the GPUs we do not own (sm_120: RTX Blackwell, sm_89: Ada Lovelace) and a second
-witness for the one we measured (sm_90: Hopper). ci/mmasim_oracle.py generates the inputs,
+witness for the one we measured (sm_90: Hopper). tools/mmasim_oracle.py generates the inputs,
 runs `ct.mma` through the simulator (gpu/probes' mma_probe) and MMA-Sim's k16 instructions
-chained in ascending K as the compiler issues them (ci/sass_trace.py, ci/sass_trace_mma.py),
+chained in ascending K as the compiler issues them (tools/sass_trace.py, tools/sass_trace_mma.py),
 and prints the agreement table.
 
 Per model: 2 dtypes x 6 input classes x K in (16, 32, 64) x 4096 outputs = 147,456 outputs,
@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 pytest.importorskip("mmasim")
 
 _spec = importlib.util.spec_from_file_location(
-    "mmasim_oracle", Path(__file__).resolve().parents[1] / "ci" / "mmasim_oracle.py")
+    "mmasim_oracle", Path(__file__).resolve().parents[1] / "tools" / "mmasim_oracle.py")
 O = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(O)
 

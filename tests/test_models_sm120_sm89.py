@@ -71,7 +71,7 @@ def test_spak_sim_gates_pass_under_the_model(model, capsys):
 
 def _tool():
     spec = importlib.util.spec_from_file_location("sass_trace_mma",
-                                                  ROOT / "ci" / "sass_trace_mma.py")
+                                                  ROOT / "tools" / "sass_trace_mma.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -1,7 +1,7 @@
 """The sm_90 numeric model reproduces the H200 bit for bit where it claims to.
 
-Fixture: tests/data/numerics_sm90.npz, sliced by ci/numerics_fixtures.py from the probe
-data that ci/numerics_probe.py recorded on an NVIDIA H200 (docs/numerics-sm90.md).
+Fixture: tests/data/numerics_sm90.npz, sliced by tools/numerics_fixtures.py from the probe
+data that tools/numerics_probe.py recorded on an NVIDIA H200 (docs/numerics-sm90.md).
 """
 from pathlib import Path
 
@@ -140,7 +140,7 @@ def test_exp2_and_div_stay_within_their_measured_error():
 
 
 def test_with_the_recorded_h200_tables_exp2_and_div_match_the_probes():
-    """sim/data/sm90_mufu.npz (recorded on an H200, 2026-11-22, ci/numerics_tables.py):
+    """sim/data/sm90_mufu.npz (recorded on an H200, 2026-11-22, tools/numerics_tables.py):
     exp2 and division become bit-exact on the probe fixtures (and on the full 262144-input
     probes: `spak calibrate --check --data`, 100.0000% each)."""
     from spak.sim.numerics import MUFU_TABLES
@@ -154,7 +154,7 @@ def test_with_the_recorded_h200_tables_exp2_and_div_match_the_probes():
 
 
 def test_mufu_tables_are_indexed_by_the_measured_rules(tmp_path):
-    """ci/numerics_tables.py's tables (offsets from the formulas) plug into the model:
+    """tools/numerics_tables.py's tables (offsets from the formulas) plug into the model:
     exp2 reads entry F for x >= 0 and entry 2^23-1-F for x < 0; division reads y's mantissa."""
     from spak.sim.numerics import Sm90
     n = 1 << 23

@@ -3,7 +3,7 @@ resident blocks per SM computed from them.
 
 The ELF reader is checked on a cubin built here byte by byte (so every record format is
 exercised without a compiler) and on a real tileiras build; the occupancy arithmetic on
-hand-computed cases. ci/occupancy_check.py compares both with the CUDA driver on a GPU.
+hand-computed cases. tools/occupancy_check.py compares both with the CUDA driver on a GPU.
 """
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def _k(regs, threads, shared, stack=0):
 
 @pytest.mark.parametrize("k, arch, expect", [
     # the fused kernel's sm_90 builds (spak compile --sweep), as the driver counted them
-    # (ci/occupancy_check.py, H100): warp-specialised, 256 threads
+    # (tools/occupancy_check.py, H100): warp-specialised, 256 threads
     (_k(128, 256, 82016), "sm_90", (2, "registers")),       # 64x128, D=128, occupancy 2/3
     (_k(255, 256, 82016), "sm_90", (1, "registers")),       # the same with occupancy 4
     (_k(80, 256, 41056), "sm_90", (3, "registers")),        # 80 x 256 x 3 <= 65536

@@ -1,7 +1,7 @@
 """Interpreter mode for other people's host code (issue 19): what NVIDIA's samples and
 TileGym's ops needed (tensor.is_cuda on CPU tensors, lists of arrays as kernel arguments,
-UNDETERMINED padding read as zeros), and, where .peers/ exists (python ci/peers_fetch.py;
-not vendored, so CI skips it), a few of those programs through ci/samples_gpu.py."""
+UNDETERMINED padding read as zeros), and, where .peers/ exists (python tools/peers_fetch.py;
+not vendored, so CI skips it), a few of those programs through tools/samples_gpu.py."""
 import sys
 from pathlib import Path
 
@@ -70,9 +70,9 @@ def test_undetermined_padding_poison_or_zero(interp):
 
 
 @pytest.mark.skipif(not (ROOT / ".peers" / "SOURCES.json").exists(),
-                    reason="no .peers/ (python ci/peers_fetch.py): NVIDIA's code is not vendored")
+                    reason="no .peers/ (python tools/peers_fetch.py): NVIDIA's code is not vendored")
 def test_nvidia_programs_record_and_replay(tmp_path, interp):
-    sys.path.insert(0, str(ROOT / "ci"))
+    sys.path.insert(0, str(ROOT / "tools"))
     import samples_gpu as SG
     only = "s_vec_add_1d_gather,s_matmul_fp16,t_softmax,t_rope"
     assert SG.record(tmp_path, "sim", 2026, only) == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "tools"))
 import sim_ops_gpu as S  # noqa: E402
 
 import cuda.tile as ct  # noqa: E402

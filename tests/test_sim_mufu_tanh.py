@@ -1,5 +1,5 @@
 """sm_90: ct.tanh(x, rounding_mode=APPROX) is MUFU.TANH, bit for bit, from the table that
-ci/mufu_probe.py --tanh-table recorded on an H100 (every fp32 in [2^-8, 8) and its negative;
+tools/mufu_probe.py --tanh-table recorded on an H100 (every fp32 in [2^-8, 8) and its negative;
 results/samples-h100-2026-11-24c). The fixture tanh_check.npz (26 KB) holds 1856 inputs of
 that run (anywhere inside a run, both signs, including the runs right after the table's
 steps back) and 1600 of the earlier, independent probe run (results/samples-h100-2026-11-24,

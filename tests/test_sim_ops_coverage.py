@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cov():
-    spec = importlib.util.spec_from_file_location("sim_coverage", ROOT / "ci" / "sim_coverage.py")
+    spec = importlib.util.spec_from_file_location("sim_coverage", ROOT / "tools" / "sim_coverage.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -19,14 +19,14 @@ def _cov():
 
 def test_every_public_cuda_tile_name_is_in_the_table():
     missing = [n for n in dir(ct) if not n.startswith("_") and n not in support.SUPPORT]
-    assert not missing, f"add these to sim/support.py and rerun ci/sim_coverage.py: {missing}"
+    assert not missing, f"add these to sim/support.py and rerun tools/sim_coverage.py: {missing}"
 
 
 def test_table_agrees_with_the_simulator_and_the_doc_is_fresh():
     cov = _cov()
     assert cov.problems() == []
     assert (ROOT / "docs" / "sim-coverage.md").read_text() == cov.render(), \
-        "docs/sim-coverage.md is stale: run python ci/sim_coverage.py"
+        "docs/sim-coverage.md is stale: run python tools/sim_coverage.py"
 
 
 def test_the_check_catches_a_name_the_table_lacks(monkeypatch):

@@ -1,5 +1,5 @@
 """The simulator against an H100, op family by op family (issue 19): the inputs and GPU
-outputs ci/sim_ops_gpu.py recorded (results/sim-ops-h100-2026-11-24) run through
+outputs tools/sim_ops_gpu.py recorded (results/sim-ops-h100-2026-11-24) run through
 sim.launch again here. Modelled ops must stay 100% bit-identical; the fractions the
 coverage table quotes for the ops that are not modelled must stay what was measured."""
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "tools"))
 import sim_ops_gpu as S  # noqa: E402
 
 DATA = ROOT / "results" / "sim-ops-h100-2026-11-24"

@@ -261,7 +261,7 @@ def test_tf32_and_int8_mma(rng):
     ref = (_tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(c, ref)          # v0: exact products, one rounding
     assert not np.array_equal(_tf32(a), a)         # the inputs really were rounded
-    # sm_90: Hopper's tf32 fused sum in k8 steps (measured on an H100, ci/sim_ops_gpu.py)
+    # sm_90: Hopper's tf32 fused sum in k8 steps (measured on an H100, tools/sim_ops_gpu.py)
     c90 = np.zeros((m, n), np.float32)
     sim.launch(tf32_int8, (1,), (a, b, c90, i, j, kk.copy(), m, k, n))
     want = hopper_mma_f32(_tf32(a)[None].astype(np.float64), _tf32(b)[None],
@@ -361,7 +361,7 @@ def test_approximate_exp_and_tanh(rng):
     e, t = np.zeros(64, np.float32), np.zeros(64, np.float32)
     sim.launch(approx_unary, (1,), (x, e, t, 64))
     arg = x * np.float32(1.4426950408889634)          # rounded to float32, as ex2.approx takes it
-    # sm_90: ex2.approx.f32 of it (MUFU.EX2, measured: 100% on an H100, ci/sim_ops_gpu.py)
+    # sm_90: ex2.approx.f32 of it (MUFU.EX2, measured: 100% on an H100, tools/sim_ops_gpu.py)
     m = sim.numerics.get_model("sm_90")
     np.testing.assert_array_equal(e, sim.libdevice.exp2f(arg, m.mufu_ex2))
     np.testing.assert_allclose(e, np.exp(x.astype(np.float64)), rtol=2e-6, atol=0)

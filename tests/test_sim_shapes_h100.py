@@ -1,5 +1,5 @@
 """The rules of docs/numerics-sm90.md 13-15 on other tile shapes, against an H100
-(ci/sim_ops_gpu.py --shapes, results/samples-h100-2026-11-24c: the GPU's outputs; the
+(tools/sim_ops_gpu.py --shapes, results/samples-h100-2026-11-24c: the GPU's outputs; the
 inputs are rebuilt from the recorded seed). Section 16 of the doc says what held:
 
 * fp32 ct.matmul / ct.mma chains, the contraction rules, converted-fp16 sums: 100% as they
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "tools"))
 import sim_ops_gpu as S  # noqa: E402
 
 from spak.sim.numerics import Sm90  # noqa: E402

@@ -23,6 +23,22 @@ __all__ = ["register", "cmd_run", "DESCRIPTION"]
 DEFAULT_SIM_WORK = 1 << 29
 
 
+def _csv(text: str) -> list:
+    return [t for t in text.split(",") if t]
+
+
+def _check_choices(args, fam):
+    """A usage error for an unknown --timing mode or --peers name, or None."""
+    from spak.device import peers, timing
+    bad = [m for m in args.timing if m not in timing.MODES]
+    if bad:
+        return f"argument --timing: unknown mode(s) {bad}; choose from {', '.join(timing.MODES)}"
+    bad = [n for n in (args.peers or ()) if n not in peers.names()]
+    if bad:
+        return f"argument --peers: unknown peer(s) {bad}; choose from {', '.join(peers.names())}"
+    return None
+
+
 def _select(args, fam):
     """(problems, kernels), or an exit status after printing the usage error."""
     if args.kernel is not None and args.kernel not in ("all", *fam.kernels):
@@ -36,6 +52,10 @@ def _select(args, fam):
         return 2
     if not specs:
         print("spak run: error: argument --shapes: no case matches", file=sys.stderr)
+        return 2
+    bad = _check_choices(args, fam)
+    if bad:
+        print(f"spak run: error: {bad}", file=sys.stderr)
         return 2
     kernel = args.kernel or fam.kernels[0]
     return specs, (fam.kernels if kernel == "all" else (kernel,))
@@ -111,6 +131,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(line, file=log, flush=True)
     if args.dump:
         print(gpurun.save_dump(args.dump, env.dump), file=log, flush=True)
+    if args.plot:
+        from spak.report.runplot import plot_run
+        try:
+            print(f"plot: {plot_run(all_rows, args.plot)}", file=log, flush=True)
+        except ImportError as e:           # the rows are written; only the figure is lost
+            print(f"plot: not drawn, needs matplotlib ({e}); pip install -e \".[report]\"",
+                  file=log, flush=True)
     if args.json:
         print(json.dumps(jsonable({"spak": __version__, "command": "run", "env": env.base,
                                    "ceiling_tflops": ceiling, "rows": all_rows,
@@ -126,6 +153,7 @@ SDPA's flash, cuDNN and efficient backends and an fp16 matmul ceiling.
     spak run                                   # standard + seed shapes, fp16, fused
     spak run --kernel all --shapes gates --dtype all --no-time   # correctness sweep
     spak run --shapes 4x16x2048x128/causal --json
+    spak run --family fmha_decode --shapes 1x32:8x32768x128 --timing kernel,eager --plot d.png
 
 Gates: relative L2 vs float64 <= {fp16:g} (fp16), <= {bf16:g} (bf16), no NaN/Inf, fully
 masked rows zero. Exit status: 0 all pass, 1 a case fails or errors, 2 bad usage.
@@ -160,9 +188,25 @@ def register(subparsers) -> None:
     p.add_argument("--dump", default=None, metavar="NPZ",
                    help="write the slices the simulator does not reproduce bit for bit "
                         "(inputs + GPU output, <= 15 MiB) to NPZ, for offline replay with "
-                        "ci/agree_replay.py")
+                        "tools/agree_replay.py")
     p.add_argument("--no-time", action="store_true", help="correctness only, no timing")
     p.add_argument("--no-sdpa", action="store_true", help="do not time SDPA's backends")
+    p.add_argument("--peers", type=_csv, default=None, metavar="A,B",
+                   help="peer plug-ins to time (spak.device.peers: sdpa, sdpa-math, "
+                        "nvidia-sample, tilegym, flashinfer, copy; default: every one "
+                        "serving the family but sdpa-math; a missing one is a row note)")
+    p.add_argument("--timing", type=_csv, default=["kernel"], metavar="MODE[,MODE]",
+                   help="timing modes (spak.device.timing.MODES): kernel (GPU time, back to "
+                        "back, L2 defeated by rotated inputs), flush (do_bench: each call "
+                        "alone after an L2 flush), eager (N eager calls, one synchronize: "
+                        "the cost a program pays per call, host included); the first is "
+                        "the row's ms_median (default: kernel)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="turns over the providers (forward, backward, then shuffled); "
+                        "each provider's best turn counts (default 3)")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="one plot of the run's rows (per shape: each provider's time, "
+                        "one panel per timing mode; needs matplotlib)")
     p.add_argument("--max-sets", type=int, default=8,
                    help="most input sets rotated while timing (default 8)")
     p.add_argument("--naive-max-gb", type=float, default=16.0,

@@ -4,7 +4,7 @@ owns one (TM, TN) tile of C, its tile ids come from a grouped 2-D swizzle of the
 ct.mma with (TM, TK) and (TK, TN) tiles into a float32 accumulator.
 
 Used by `python -m spak.cpu.bench_sim --problem matmul` (the simulator's speed on a
-sample-size problem) and ci/sim_ops_gpu.py (its bits against an H100). Imports only
+sample-size problem) and tools/sim_ops_gpu.py (its bits against an H100). Imports only
 cuda.tile, so it runs unchanged on the GPU.
 """
 from __future__ import annotations

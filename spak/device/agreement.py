@@ -4,7 +4,7 @@ are compared bit for bit (fraction of elements bit-identical, largest distance i
 
 The simulator is slow on big shapes, so the family picks the slice (its ``sim_slice``)
 within a work budget (for attention: spak.device.attention.attention_slice). Slices that do
-not agree can be kept (--dump) for offline replay with ci/agree_replay.py.
+not agree can be kept (--dump) for offline replay with tools/agree_replay.py.
 """
 from __future__ import annotations
 

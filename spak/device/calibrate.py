@@ -5,7 +5,7 @@
     spak calibrate --tables OUT             # record the MUFU.EX2 / MUFU.RCP tables (GPU)
     spak calibrate --record DIR             # everything below, on a local RTX 5070 / L4 / ...
 
-The probe files are those of ci/numerics_probe.py (probe_mma_*.npz, probe_elementwise.npz).
+The probe files are those of tools/numerics_probe.py (probe_mma_*.npz, probe_elementwise.npz).
 For every op and case group it prints the share of outputs bit-identical to the model and
 the worst distance in ulp; exit status 1 when an op the model declares exact is not 100%.
 
@@ -14,8 +14,8 @@ the worst distance in ulp; exit status 1 when an op the model declares exact is 
 it runs the probes (probe_*.npz), the exhaustive MUFU tables (sm90_mufu.npz, named after
 the format, holding this GPU's offsets), the FMHA agreement cases (agreement.npz: both
 kernels on the `default` shape set in fp16 and bf16, inputs and the GPU's whole output,
-the tiles of this arch), issue 19's MUFU.RSQ and MUFU.TANH tables (ci/mufu_probe.py) and
-per-op kernels (ci/sim_ops_gpu.py: sums, scans, matmul accumulation, gathers, atomics;
+the tiles of this arch), issue 19's MUFU.RSQ and MUFU.TANH tables (tools/mufu_probe.py) and
+per-op kernels (tools/sim_ops_gpu.py: sums, scans, matmul accumulation, gathers, atomics;
 reported per family as "ops:<family>", not gated) and writes calibration.json (GPU, arch,
 versions). Bring DIR home;
 `spak calibrate --check --data DIR` then runs anywhere: the model of the recorded arch
@@ -94,7 +94,7 @@ def agreement(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
 
 
 def mufu_rows(model, data: Path) -> list[tuple[str, str, float, int]]:
-    """The recorded MUFU tables (ci/numerics_tables.py's file) against the model's."""
+    """The recorded MUFU tables (tools/numerics_tables.py's file) against the model's."""
     import numpy as np
     from spak.sim.numerics import load_mufu_tables
     f = data / "sm90_mufu.npz"
@@ -112,7 +112,7 @@ def mufu_rows(model, data: Path) -> list[tuple[str, str, float, int]]:
 
 
 def rsq_tanh_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
-    """ci/mufu_probe.py's records (MUFU.RSQ offsets over [1, 4); MUFU.TANH's table over
+    """tools/mufu_probe.py's records (MUFU.RSQ offsets over [1, 4); MUFU.TANH's table over
     +-[2^-8, 8)) against the tables the sm_90 model reads (sim/mufu.py). Other models do
     not use these tables, so their rows say how far the recorded GPU is from sm_90's."""
     import numpy as np
@@ -137,7 +137,7 @@ def rsq_tanh_rows(model_name: str, data: Path) -> list[tuple[str, str, float, in
 
 
 def _tanh_runs(z):
-    """The inputs and result bits of ci/mufu_probe.py --tanh-table's record: per binade 2^e
+    """The inputs and result bits of tools/mufu_probe.py --tanh-table's record: per binade 2^e
     the run starts' bits (t{e}_first + cumulative t{e}_diff); each run checked at its first
     and last input, for both signs (the probe found tanh odd on every input)."""
     import numpy as np
@@ -156,7 +156,7 @@ def _tanh_runs(z):
 
 
 def ops_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
-    """ci/sim_ops_gpu.py's per-op kernels re-run on the simulator under the model, per
+    """tools/sim_ops_gpu.py's per-op kernels re-run on the simulator under the model, per
     family (op "ops:<family>"; reported, not gated: docs/sim-coverage.md says per op which
     cases are verified, and tests/test_sim_shapes_h100.py pins the known gaps)."""
     import importlib.util
@@ -164,7 +164,7 @@ def ops_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
     import io
     if not (data / "sim_ops_gpu.npz").exists():
         return []
-    spec = importlib.util.spec_from_file_location("sim_ops_gpu", ROOT / "ci" / "sim_ops_gpu.py")
+    spec = importlib.util.spec_from_file_location("sim_ops_gpu", ROOT / "tools" / "sim_ops_gpu.py")
     ops = sys.modules.get("sim_ops_gpu") or importlib.util.module_from_spec(spec)
     if "sim_ops_gpu" not in sys.modules:
         sys.modules["sim_ops_gpu"] = ops          # its dataclasses look their module up
@@ -182,7 +182,7 @@ def fmha_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
     f = data / AGREEMENT
     if not f.exists():
         return []
-    spec = importlib.util.spec_from_file_location("agree_replay", ROOT / "ci" / "agree_replay.py")
+    spec = importlib.util.spec_from_file_location("agree_replay", ROOT / "tools" / "agree_replay.py")
     replay = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay)
     groups: dict[str, list] = {}
@@ -198,7 +198,7 @@ def fmha_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
 
 def record_agreement(data: Path, arch: str, run=None) -> int:
     """Run both kernels on the `default` shape set (fp16 and bf16, the arch's default tiles)
-    and keep every case's inputs and output in agreement.npz (ci/agree_replay.py's format).
+    and keep every case's inputs and output in agreement.npz (tools/agree_replay.py's format).
     run(kernel, q, k, v, mask, causal, dtype, tiles) -> output as numpy; default: the
     local GPU through spak.fmha. Returns the number of cases (~10 MB for the default set)."""
     import json
@@ -222,7 +222,7 @@ def record_agreement(data: Path, arch: str, run=None) -> int:
                     "causal": spec.causal, "dtype": spec.dtype, "tiles": dict(tiles)}
             dump[f"{n:03d}/meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
             n += 1
-    np.savez_compressed(data / AGREEMENT, **dump)     # ci/agree_replay.py's format
+    np.savez_compressed(data / AGREEMENT, **dump)     # tools/agree_replay.py's format
     return n
 
 
@@ -252,8 +252,8 @@ def record(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     steps = {}
     for step, script, *extra in RECORD_STEPS:
-        print(f"== {step}: ci/{script} {' '.join(extra)}", flush=True)
-        steps[step] = subprocess.call([sys.executable, str(ROOT / "ci" / script),
+        print(f"== {step}: tools/{script} {' '.join(extra)}", flush=True)
+        steps[step] = subprocess.call([sys.executable, str(ROOT / "tools" / script),
                                        *_out_flag(script, out), *extra])
     print("== agreement: both kernels, the default shape set, fp16 and bf16", flush=True)
     try:
@@ -305,14 +305,14 @@ def recorded_arch(data: Path):
 def probe_now() -> Path | None:
     """Run the numeric probes on the local GPU into a fresh folder; None if they did not run."""
     data = Path(tempfile.mkdtemp(prefix="spak-probes-"))
-    rc = subprocess.call([sys.executable, str(ROOT / "ci" / "numerics_probe.py"),
+    rc = subprocess.call([sys.executable, str(ROOT / "tools" / "numerics_probe.py"),
                           "--out", str(data)])
     return None if rc else data
 
 
 def record_tables(out: str) -> int:
-    """The exhaustive MUFU tables of the local GPU into `out` (ci/numerics_tables.py)."""
-    return subprocess.call([sys.executable, str(ROOT / "ci" / "numerics_tables.py"),
+    """The exhaustive MUFU tables of the local GPU into `out` (tools/numerics_tables.py)."""
+    return subprocess.call([sys.executable, str(ROOT / "tools" / "numerics_tables.py"),
                             "--out", out])
 
 

@@ -61,12 +61,15 @@ class PeerCall:
               than a short kernel)
     flops     FLOPs of one call when they are not the family's ``flops`` (e.g. a forward +
               backward row beside a backward's peers); None: the family's
+    checked   False for a peer that computes something else at the same cost (the
+              same-size copy of a bandwidth-bound family): timed, never compared
     """
     run: Callable[[Mapping], Any]
     outputs: Callable[[Any], dict] = _single_output
     conform: Callable[[dict], dict] = _as_is
     context: Callable[[], ContextManager] = contextlib.nullcontext
     flops: Optional[float] = None
+    checked: bool = True
 
 
 @dataclasses.dataclass

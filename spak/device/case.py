@@ -93,6 +93,7 @@ def run_case(spec, kernels, args, env, ceiling: Optional[float], emit, fam=None)
     # one after the other, the first one gained a few % (results/ab-h100-2026-11-22).
     done: list[dict] = []          # rows in provider order, finished after the timing
     timers: dict = {}              # provider -> fn(i) over the input sets
+    eager: dict = {}               # provider -> fn(i): the public entry, for --timing eager
     contexts: dict = {}            # provider -> context held while it is timed
     for kernel in kernels:
         row, timer = _our_kernel(fam, kernel, spec, sets, ref, peer_ref, args, env, device)
@@ -101,15 +102,27 @@ def run_case(spec, kernels, args, env, ceiling: Optional[float], emit, fam=None)
             continue
         if timer is not None:
             timers[row["provider"]] = timer
+            api = [fam.eager_call(kernel, spec, s) for s in sets]
+            if all(a is not None for a in api):
+                eager[row["provider"]] = functools.partial(_call_on_set, api)
         done.append(row)
-    if not args.no_sdpa and not args.no_time:
-        for name, peer in fam.peer_calls(spec, sets[0]).items():
-            row = _peer(fam, name, peer, sets, ref)
-            if row.get("error") is None and not row.get("skipped"):
+    if not args.no_time:
+        for name, peer, row in _peer_rows(fam, spec, sets, ref, args):
+            if peer is not None and row.get("error") is None and not row.get("skipped"):
                 timers[name] = functools.partial(_on_set, peer.run, sets)
                 contexts[name] = peer.context
             done.append(row)
-    time_providers(done, timers, n_sets, seed=args.seed, contexts=contexts)
+    for mode in _modes(args):
+        time_providers(done, {**timers, **eager} if mode == "eager" else timers, n_sets,
+                       seed=args.seed, contexts=contexts, mode=mode,
+                       reps=getattr(args, "repeats", 3), primary=mode == _modes(args)[0])
+    for row in done:
+        if mode_rows := row.get("modes"):
+            for m, st in mode_rows.items():
+                st["call"] = ("public entry" if m == "eager" and row["provider"] in eager
+                              else "planned launches" if row.get("kernel") else "peer call")
+    error_ratios(done)
+    copy_fraction(done)
     for row in done:
         finish(row)
     del sets, ref, peer_ref, timers
@@ -126,6 +139,47 @@ def _add_rates(row: dict, fam, spec, ceiling) -> None:
     row["pct_ceiling"] = 100.0 * row["tflops"] / ceiling if ceiling else None
     if fam.metric == "GB/s":
         row["gb_per_s"] = fam.bytes_moved(spec) / sec / 1e9
+
+
+def _modes(args) -> list:
+    """--timing's modes, first = the one whose stats are the row's top-level ms_*."""
+    modes = getattr(args, "timing", None) or ["kernel"]
+    return [modes] if isinstance(modes, str) else list(modes)
+
+
+def _peer_rows(fam, spec, sets, ref, args):
+    """(provider, PeerCall or None, row) of every peer plug-in (spak.device.peers): the
+    checked row of each available peer, a skipped row noting why for each missing one."""
+    from spak.device import peers
+    wanted = getattr(args, "peers", None)
+    if args.no_sdpa:
+        wanted = [n for n in (wanted or peers.names(fam)) if n != "sdpa"]
+    calls, notes = peers.gather(fam, spec, sets, wanted)
+    out = [(name, peer, _peer(fam, name, peer, sets, ref)) for name, peer in calls.items()]
+    out += [(name, None, {"provider": name, "kernel": None, "error": None,
+                          "skipped": note, "note": note}) for name, note in notes.items()]
+    return out
+
+
+def error_ratios(rows: list[dict]) -> None:
+    """Each of our rows' error over each checked peer's (rel L2 vs float64), as
+    "err_ratio": {peer: ours / peer} (below 1: ours is closer to float64)."""
+    peers = {r["provider"]: r["rel_l2"] for r in rows
+             if not r.get("kernel") and r.get("rel_l2")}
+    for r in rows:
+        if r.get("kernel") and r.get("rel_l2") is not None and peers:
+            r["err_ratio"] = {p: r["rel_l2"] / e for p, e in peers.items()}
+
+
+def copy_fraction(rows: list[dict]) -> None:
+    """Each timed row of ours gets "of_copy": the same-size copy's time over ours, i.e. the
+    fraction of the bandwidth a copy of the same bytes reaches (the decode's bound)."""
+    copy = next((r for r in rows if r["provider"] == "copy" and r.get("ms_median")), None)
+    if copy is None:
+        return
+    for r in rows:
+        if r.get("kernel") and r.get("ms_median"):
+            r["of_copy"] = copy["ms_median"] / r["ms_median"]
 
 
 def _our_kernel(fam, kernel, spec, sets, ref, peer_ref, args, env, device):
@@ -203,6 +257,9 @@ def _peer(fam, name, peer, sets, ref) -> dict:
             except RuntimeError as exc:
                 row["skipped"] = str(exc).strip().splitlines()[0][:300]
                 return row
+            if not peer.checked:
+                row["note"] = "not compared: the same bytes moved, not the same function"
+                return row
             outs = peer.outputs(raw)
             row["nonfinite"] = sum(nonfinite(t) for t in outs.values())
             conformed = peer.conform(outs)
@@ -219,10 +276,12 @@ def _on_set(run, sets, i):
 
 
 def time_providers(rows: list[dict], timers: dict, n_sets: int, *, seed: int,
-                   contexts=None) -> None:
-    """Add time_turns' stats to the rows of the timed providers (``contexts`` as there).
-    If timing them together fails (out of memory, say), each is timed alone and a failure
-    is that row's error."""
+                   contexts=None, mode: str = "kernel", reps: int = 3,
+                   primary: bool = True) -> None:
+    """Add time_turns' stats (timing ``mode``, ``reps`` turns) to the rows of the timed
+    providers (``contexts`` as there): under row["modes"][mode], and at the top level
+    (ms_median, ...) when ``primary``. If timing them together fails (out of memory, say),
+    each is timed alone and a failure is that row's error."""
     contexts = contexts or {}
     if not timers:
         return
@@ -230,16 +289,24 @@ def time_providers(rows: list[dict], timers: dict, n_sets: int, *, seed: int,
     how = "in turns" if len(timers) > 1 else "alone"
     try:
         spin = next(iter(timers.values()))
-        found = timing.time_turns(timers, spin, seed, n_sets=n_sets, contexts=contexts)
+        found = timing.time_turns(timers, spin, seed, n_sets=n_sets, contexts=contexts,
+                                  mode=mode, reps=reps)
     except Exception:  # noqa: BLE001 -- fall back to one provider at a time
         found, how = {}, "alone"
         for name, fn in timers.items():
             try:
                 with contexts.get(name, contextlib.nullcontext)():
-                    found[name] = timing.time_events(fn, n_sets)
+                    found[name] = timing.MODES[mode](fn, n_sets)
             except Exception as exc:  # noqa: BLE001
-                by_name[name]["error"] = failure_text(exc)
+                if primary:
+                    by_name[name]["error"] = failure_text(exc)
+                else:               # a secondary mode's failure is noted, not a failed row
+                    by_name[name].setdefault("modes", {})[mode] = {"error": failure_text(exc)}
     for name, st in found.items():
-        by_name[name].update(st)
-        by_name[name]["input_sets"] = n_sets
-        by_name[name]["timing"] = how
+        row = by_name[name]
+        row.setdefault("modes", {})[mode] = {**st, "timing": how}
+        if primary:
+            row.update(st)
+            row["input_sets"] = n_sets
+            row["timing"] = how
+            row["timing_mode"] = mode

@@ -16,12 +16,14 @@ For every selected kernel and shape (spak.device.case, through the family):
 * timing with CUDA events (spak.device.timing: the method `spak sweep` uses too),
   rotating among several input sets (so the L2 cache does not flatter small shapes;
   never zeros); TFLOPS from the family's FLOPs and percent of an fp16 8192^3
-  torch.matmul ceiling measured in the same run; the family's peers (SDPA's flash, cuDNN
-  and efficient backends) timed on the same inputs (a peer that refuses a shape is
-  recorded as skipped). All providers of a shape are checked first, then timed in
-  turns (forward, backward and shuffled order, each provider's best turn), since
+  torch.matmul ceiling measured in the same run; the peers (spak.device.peers: plug-ins
+  for SDPA's backends, NVIDIA's sample, TileGym, FlashInfer, a same-size copy) timed on
+  the same inputs (a peer that is missing or refuses a shape is a skipped row with a
+  note). All providers of a shape are checked first, then timed in turns (forward,
+  backward and shuffled order, --repeats turns, each provider's best turn), since
   whichever is timed first after a pause runs a few % fast; a row's "timing" says "in
-  turns" or "alone".
+  turns" or "alone". Each --timing mode (spak.device.timing.MODES: kernel, flush,
+  eager) gives the row's "modes"[mode]; the first also its top-level ms_*.
 
 Output: a table (or --json), and one JSON line per (shape, provider) appended to --out as
 it finishes (fsync'd: a killed run keeps every finished row). Each row records the

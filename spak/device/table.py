@@ -71,7 +71,29 @@ def format_case(rows: list[dict], fam=None) -> list[str]:
                 lines.append(f"    {label}: " + str(r[key]).strip().replace("\n", "\n    "))
         if sim.get("error"):
             lines.append(f"    sim error: {sim['error'].splitlines()[0]}")
-    return lines
+    return lines + _providers_lines(rows)
+
+
+def _providers_lines(rows: list[dict]) -> list[str]:
+    """Every provider's time per timing mode (ms) when a case was timed: one line each,
+    and each missing or skipped peer's note."""
+    out = []
+    for r in rows:
+        modes = r.get("modes") or {}
+        if modes:
+            cells = "  ".join(f"{m} {_f(st.get('ms_median'), '{:.4f}')} ms"
+                              if "error" not in st else f"{m} ERR"
+                              for m, st in modes.items())
+            rate = (f"  {r['gb_per_s']:.0f} GB/s" if r.get("gb_per_s") is not None
+                    else f"  {r['tflops']:.0f} TFLOPS" if r.get("tflops") else "")
+            if r.get("of_copy"):
+                rate += f"  {r['of_copy']:.2f} of the same-size copy"
+            out.append(f"    {r['provider']:16} {cells}{rate}")
+        elif not r["provider"].startswith("spak-") and r.get("error"):
+            out.append(f"    {r['provider']:16} error: {str(r['error']).splitlines()[0][:200]}")
+        elif not r["provider"].startswith("spak-") and (r.get("note") or r.get("skipped")):
+            out.append(f"    {r['provider']:16} skipped: {r.get('note') or r['skipped']}")
+    return out
 
 
 def summary(rows: list[dict], fam=None) -> str:

@@ -377,6 +377,12 @@ class KernelFamily:
         needs every key)."""
         raise NotImplementedError
 
+    def eager_call(self, kernel: str, problem, inputs):
+        """A callable running the family's public PyTorch entry (e.g. spak.fmha) on one
+        input set, for `spak run --timing eager` (what a program pays per call, host work
+        included). None (default): eager mode times the planned launches (GpuCall)."""
+        return None
+
     def has_gpu_loop(self) -> bool:
         """True when the family implements what `spak run` needs."""
         cls = type(self)

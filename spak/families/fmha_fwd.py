@@ -143,6 +143,14 @@ class FmhaForward(KernelFamily):
                                  scale=1.0 / math.sqrt(unit["q"][-1]), tiles=tiles)
         return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
 
+    def eager_call(self, kernel, problem, inputs):
+        """spak.fmha on the input set (tiles from the store: what users get)."""
+        from spak.api import fmha
+        gqa = problem.Hq != problem.Hkv
+        return lambda: fmha(inputs["q"], inputs["k"], inputs["v"],
+                                 is_causal=problem.causal, attn_mask=inputs.get("mask"),
+                                 enable_gqa=gqa, kernel=kernel)
+
     def peer_calls(self, problem, inputs, names=None) -> dict:
         from spak.device.sdpa import sdpa_peers
         return sdpa_peers(problem, inputs, self.run_peers if names is None else names)
