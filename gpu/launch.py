@@ -20,8 +20,8 @@ import cuda.tile as ct
 from .plan import Launch, plan_fmha
 from .variants import apply_hints
 
-__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "fmha_into",
-           "fmha_bwd_into"]
+__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "current_device",
+           "fmha_into", "fused_ready", "fmha_bwd_into"]
 
 
 def torch_alloc(like):
@@ -56,6 +56,14 @@ def run(launches: Sequence[Launch], stream=None) -> None:
         stream = current_raw_stream()
     for L in launches:
         ct.launch(stream, L.grid, L.kernel, L.args)
+
+
+def current_device():
+    """torch.cuda.current_device() without its Python wrapper (lazy init and checks: a
+    tensor on the GPU exists already when SPAK launches)."""
+    import torch
+    getter = getattr(torch._C, "_cuda_getDevice", None)
+    return torch.cuda.current_device() if getter is None else getter()
 
 
 def current_raw_stream(device: Optional[int] = None):
@@ -106,7 +114,7 @@ def _fused_cached(q, k, v, out, lse, causal, scale, tiles, hints, stream):
     n = 5 if lse is None else 6               # args[4]: the dummy mask; args[5]: the LSE
     # torch.Size hashes as a tuple; the config dicts are keyed in their own order (an
     # equal dict in another order only adds an entry): cheaper than sorting per call
-    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
+    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale or repr(scale),
            tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (), n)
     cached = _FUSED_PLANS.get(key)
     if cached is None:
@@ -126,6 +134,22 @@ def _fused_cached(q, k, v, out, lse, causal, scale, tiles, hints, stream):
     ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
               args + L.args[n:])
     return out
+
+
+def fused_ready(q, k, v, out, lse, causal, scale, tiles, hints):
+    """(grid, kernel, dummy mask, constant tail arguments) of the fused, maskless launch
+    fmha_into made for these shapes and this config, or None when it keeps none (first
+    call, or made under CUDA-graph capture): what a caller that keys its own calls more
+    cheaply (spak.api) launches with ct.launch(stream, grid, kernel, (q, k, v, out, dummy
+    [, lse]) + tail) without planning or building a key here."""
+    n = 5 if lse is None else 6
+    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale or repr(scale),
+           tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (), n)
+    cached = _FUSED_PLANS.get(key)
+    if cached is None:
+        return None
+    L, dummy = cached
+    return L.grid, L.kernel, dummy, tuple(L.args[n:])
 
 
 def dummy_mask(like):
@@ -167,7 +191,7 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     """
     named = (q, k, v, out, dout, lse, dq, dk, dv) + (() if mask is None else (mask,))
     key = (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
-           None if mask is None else mask.shape, causal, scale,
+           None if mask is None else mask.shape, causal, scale or repr(scale),
            tuple(tiles.items()) if tiles else ())
     recipe = _BWD_PLANS.get(key)
     if recipe is None:

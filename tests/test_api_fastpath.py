@@ -59,6 +59,12 @@ def rec(monkeypatch, tmp_path):
     monkeypatch.setattr(api, "validate", validate)
     monkeypatch.setattr(api, "_impl", impl)
     monkeypatch.setattr(torch.ops.spak, "fmha", op)
+    r.train = []
+
+    def train(q, k, v, *args):
+        r.train.append(args)
+        return _out(q, v)
+    monkeypatch.setattr(api, "_Train", SimpleNamespace(apply=train))
     api._VALIDATED.clear()
     api._lookup_cache.clear()
     yield r
@@ -270,13 +276,16 @@ def test_requires_grad_with_grad_enabled_takes_the_op(rec, which):
     mask = torch.zeros(8, 8)
     {"q": q, "k": k, "v": v, "mask": mask}[which].requires_grad_()
     spak.fmha(q, k, v, attn_mask=mask)
-    assert len(rec.op) == 1 and rec.impl == []
+    # plain eager training: the autograd.Function (api._Train); a mask that asks for a
+    # gradient: the op, whose composite refuses it
+    taken = rec.op if which == "mask" else rec.train
+    assert len(taken) == 1 and rec.impl == [] and len(rec.op) + len(rec.train) == 1
     with torch.no_grad():
         spak.fmha(q, k, v, attn_mask=mask)
     with torch.inference_mode():
         spak.fmha(q, k, v, attn_mask=mask)
-    assert len(rec.op) == 1 and len(rec.impl) == 2
-    assert rec.op[0][1:] == rec.impl[0][1:] == rec.impl[1][1:]
+    assert len(taken) == 1 and len(rec.impl) == 2
+    assert taken[0][1:] == rec.impl[0][1:] == rec.impl[1][1:]
 
 
 def _real_op_on_cpu(monkeypatch, tmp_path):

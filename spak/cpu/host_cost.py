@@ -75,11 +75,12 @@ def fake_cuda():
             "is_current_stream_capturing": lambda: False}
     patches = [(torch.cuda, name, val) for name, val in cuda.items()]
     patches += [(torch._C, "_cuda_getCurrentRawStream", lambda device: 0),
+                (torch._C, "_cuda_getDevice", lambda: None),
                 (ct, "launch", _launch)]
     patches += [(mod, "check_devices", check_devices) for mod in (api, kvc, _varlen(), tc)]
     saved = [(obj, name, getattr(obj, name, _MISSING)) for obj, name, _ in patches]
     caches = (api._device_info.cache_clear, kvc._num_sms.cache_clear, api._VALIDATED.clear,
-              api._lookup_cache.clear, gl._FUSED_PLANS.clear, gl._BWD_PLANS.clear,
+              api._lookup_cache.clear, api._READY.clear, gl._FUSED_PLANS.clear, gl._BWD_PLANS.clear,
               gl._DUMMIES.clear, kvc._PLANS.clear, _varlen()._PLANS.clear)
     try:
         for obj, name, val in patches:
