@@ -59,6 +59,7 @@ def cpu_launch(monkeypatch):
                                   else a for a in args])
     monkeypatch.setattr(ct, "launch", launch)
     monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
+    monkeypatch.setattr(gl, "current_device", lambda: None)      # a CPU tensor's index
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "device", lambda *a: contextlib.nullcontext())
     monkeypatch.setattr(kvc, "_num_sms", lambda *a: 132)

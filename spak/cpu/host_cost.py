@@ -79,9 +79,11 @@ def fake_cuda():
                 (ct, "launch", _launch)]
     patches += [(mod, "check_devices", check_devices) for mod in (api, kvc, _varlen(), tc)]
     saved = [(obj, name, getattr(obj, name, _MISSING)) for obj, name, _ in patches]
-    caches = (api._device_info.cache_clear, kvc._num_sms.cache_clear, api._VALIDATED.clear,
-              api._lookup_cache.clear, api._READY.clear, gl._FUSED_PLANS.clear, gl._BWD_PLANS.clear,
-              gl._DUMMIES.clear, kvc._PLANS.clear, _varlen()._PLANS.clear)
+    caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear]
+    caches += [getattr(mod, name).clear for mod, names in (
+        (api, ("_VALIDATED", "_lookup_cache", "_READY")),
+        (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED")),
+        (_varlen(), ("_PLANS", "_VALIDATED"))) for name in names if hasattr(mod, name)]
     try:
         for obj, name, val in patches:
             setattr(obj, name, val)
