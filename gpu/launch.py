@@ -205,22 +205,24 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
         if len(_BWD_PLANS) >= 512:
             _BWD_PLANS.clear()
         _BWD_PLANS[key] = recipe
-    # this call's tensors and fresh workspaces in the places the plan put them
-    launches, work = recipe
-    alloc = torch_alloc(q)
-    spaces = [alloc(shape, kind) for shape, kind in work]
+    # this call's tensors and fresh workspaces in the places the plan put them: a pool of
+    # (named, workspaces, constants), each launch's arguments taken by one itemgetter
+    launches, work, consts = recipe
+    import torch
+    dev = q.device
+    spaces = tuple(torch.empty(shape, dtype=torch.float32 if kind == "float32" else q.dtype,
+                               device=dev) for shape, kind in work)
+    pool = named + spaces + consts
     stream = current_raw_stream() if stream is None else stream
-    for kernel, grid, slots in launches:
-        ct.launch(stream, grid, kernel, tuple(
-            named[i] if where == "n" else spaces[i] if where == "w" else i
-            for where, i in slots))
+    for kernel, grid, get in launches:
+        ct.launch(stream, grid, kernel, get(pool))
     return dq, dk, dv
 
 
 def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles):
-    """The backward's plan as a recipe: (launches as (kernel, grid, slots), workspaces as
-    (shape, kind)); a slot is ("n", i) for named[i], ("w", j) for the j-th workspace or
-    ("c", value) for a constant. Planning (validation included) costs ~45 us of host time
+    """The backward's plan as a recipe: (launches as (kernel, grid, getter), workspaces as
+    (shape, kind), constants); a launch's getter takes its arguments from the pool
+    named + workspaces + constants (binding them one by one cost ~10 us a call). Planning (validation included) costs ~45 us of host time
     per call, about what a short backward kernel takes; a recipe is rebuilt in a few.
     None when the call's tensors are not distinct objects (q is k in self-attention): then
     a slot could not tell them apart, and a later call with distinct ones would be wrong."""
@@ -238,20 +240,25 @@ def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles):
     launches = plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv,
                              mask=named[9] if has_mask else None, causal=causal, scale=scale,
                              tiles=tiles, alloc=alloc)
-    where = {id(t): ("n", i) for i, t in enumerate(named)}
-    where.update({id(t): ("w", j) for j, t in enumerate(made)})
-    recipe = []
+    import operator
+    # the pool fmha_bwd_into binds from: named tensors, workspaces, constants
+    where = {id(t): i for i, t in enumerate(named)}
+    where.update({id(t): len(named) + j for j, t in enumerate(made)})
+    consts, recipe = [], []
     for L in launches:
-        slots = []
+        idx = []
         for a in L.args:
             if hasattr(a, "data_ptr"):          # a tensor: must be one of ours
                 if id(a) not in where:
                     return None
-                slots.append(where[id(a)])
+                idx.append(where[id(a)])
             else:
-                slots.append(("c", a))
-        recipe.append((L.kernel, L.grid, tuple(slots)))
-    return recipe, work
+                idx.append(len(named) + len(made) + len(consts))
+                consts.append(a)
+        get = (operator.itemgetter(*idx) if len(idx) > 1
+               else (lambda pool, i=idx[0]: (pool[i],)))
+        recipe.append((L.kernel, L.grid, get))
+    return recipe, work, tuple(consts)
 
 
 _BWD_PLANS: dict = {}

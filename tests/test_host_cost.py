@@ -22,7 +22,7 @@ from spak.cpu import host_cost as hc  # noqa: E402
 BUDGET = {
     "fmha 1x2x16x64 causal": (28, 32, 1),
     "fmha 4x16x512x64 causal": (28, 32, 1),
-    "fmha fwd+bwd 1x2x16x64 causal": (71, 160, 4),
+    "fmha fwd+bwd 1x2x16x64 causal": (67, 150, 4),
     "fmha_kvcache 1x1x32:8 x256": (37, 42, 2),
     "fmha_varlen 2 seqs (16, 24) x2x64 causal": (38, 43, 1),
 }
