@@ -42,8 +42,9 @@ def main(argv=None):
             calls = hc.count_calls(fn)
             n_launch = len(launches)
             us = hc.per_call_us(fn, args.n)
-            print(f"  {name:<42} {us:8.1f} us  {calls:5d} calls  {n_launch} launches",
-                  flush=True)
+            cpu = hc.per_call_us(fn, args.n, clock=time.process_time)
+            print(f"  {name:<42} {us:8.1f} us wall {cpu:8.1f} us cpu  {calls:5d} calls  "
+                  f"{n_launch} launches", flush=True)
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(args.n // 4):
