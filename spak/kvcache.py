@@ -455,7 +455,7 @@ def _memo_key(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale,
     """The key of a plain eager call in _VALIDATED, or None (validate it in full): what
     validate() and the config lookup read, with exact argument types (True is not 1, a
     float zero scale is not keyed: -0.0 == 0.0), the store's version; no tiles dict. A
-    call that may record a gradient is validated in full (and refused there)."""
+    call with a tensor that requires grad is validated in full, in any grad mode."""
     if tiles is not None or type(is_causal) is not bool:
         return None
     if not (scale is None or type(scale) is int or type(scale) is float and scale != 0.0):
@@ -463,9 +463,8 @@ def _memo_key(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale,
     if not (num_splits is None or type(num_splits) is int):
         return None
     try:
-        if (torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad
-                                         or v_cache.requires_grad)):
-            return None
+        if q.requires_grad or k_cache.requires_grad or v_cache.requires_grad:
+            return None                  # validated in full, whatever the grad mode
         if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table):
             return None
         if type(cache_seqlens) is int and cache_seqlens < 0:

@@ -250,8 +250,8 @@ def _memo_key(q, k, v, cu_q, cu_k, max_q, max_k, is_causal, scale, tiles):
         return None
     from spak.kvcache import _plain_eager
     try:
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            return None
+        if q.requires_grad or k.requires_grad or v.requires_grad:
+            return None                  # validated in full, whatever the grad mode
         if not _plain_eager(q, k, v, cu_q, cu_k):
             return None
         from spak.api import _store_version
