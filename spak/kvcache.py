@@ -465,9 +465,10 @@ def _memo_key(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale,
     try:
         if q.requires_grad or k_cache.requires_grad or v_cache.requires_grad:
             return None                  # validated in full, whatever the grad mode
-        if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table):
-            return None
         if type(cache_seqlens) is int and cache_seqlens < 0:
+            return None
+        if not _plain_eager(q, k_cache, v_cache, None if type(cache_seqlens) is int
+                            else cache_seqlens, block_table):
             return None
         lens = ("int" if type(cache_seqlens) is int else
                 (cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device))

@@ -119,3 +119,65 @@ def test_kvcache_repeated_calls_launch_what_the_planner_plans(fake):
                   and not any(x is t for t in (q, kc, vc, lens, out))]
     # the combine reads the split kernel's workspaces of this call, not another's
     assert any(x.data_ptr() == split_ws.data_ptr() for x in combine_ws)
+
+
+def _decode_inputs():
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 1, 8, 64, generator=g).half()
+    kc, vc = (torch.randn(2, 64, 2, 64, generator=g).half() for _ in range(2))
+    return q, kc, vc, torch.tensor([64, 9], dtype=torch.int32)
+
+
+KV_BAD = {
+    "causal-int": dict(is_causal=1), "scale-nan": dict(scale=float("nan")),
+    "scale-bool": dict(scale=True), "splits-0": dict(num_splits=0),
+    "splits-float": dict(num_splits=2.0), "lens-negative": dict(cache_seqlens=-1),
+    "lens-float": dict(cache_seqlens=torch.ones(2)), "tiles-bad": dict(tiles={"TILE_N": 3}),
+    "k-bf16": dict(k_cache="bf16"),
+}
+
+
+@pytest.mark.parametrize("case", list(KV_BAD))
+def test_kvcache_memo_still_raises_what_validation_raises(fake, case):
+    import spak
+    from spak import kvcache as kvc
+    q, kc, vc, lens = _decode_inputs()
+    spak.fmha_kvcache(q, kc, vc, lens)
+    spak.fmha_kvcache(q, kc, vc, 64)
+    assert len(kvc._VALIDATED) == 2
+    kw = {"cache_seqlens": lens, **KV_BAD[case]}
+    if kw.get("k_cache") == "bf16":
+        kw["k_cache"] = kc.bfloat16()
+    args = dict(q=q, k_cache=kc, v_cache=vc)
+    args.update({k: kw.pop(k) for k in ("k_cache",) if k in kw})
+    with pytest.raises((TypeError, ValueError)) as want:
+        kvc.validate(args["q"], args["k_cache"], vc, kw["cache_seqlens"], require_cuda=False,
+                     **{k: v for k, v in kw.items() if k != "cache_seqlens"})
+    with pytest.raises(want.type, match=None) as got:
+        spak.fmha_kvcache(args["q"], args["k_cache"], vc, **kw)
+    assert str(got.value) == str(want.value)
+
+
+VL_BAD = {"causal-int": dict(is_causal=1), "scale-inf": dict(scale=float("inf")),
+          "max-negative": dict(max_seqlen_q=-1), "max-float": dict(max_seqlen_k=24.0),
+          "cu-int64-shape": dict(cu_seqlens_k=torch.tensor([0, 40], dtype=torch.int64)),
+          "tiles-bad": dict(tiles={"TILE_M": 7})}
+
+
+@pytest.mark.parametrize("case", list(VL_BAD))
+def test_varlen_memo_still_raises_what_validation_raises(fake, case):
+    import spak
+    from spak import varlen as vl
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(40, 2, 64, generator=g).half() for _ in range(3))
+    cu = torch.tensor([0, 16, 40], dtype=torch.int32)
+    base = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=24, max_seqlen_k=24)
+    spak.fmha_varlen(q, k, v, **base, is_causal=True)
+    spak.fmha_varlen(q, k, v, **base, is_causal=True)
+    assert len(vl._VALIDATED) == 1
+    kw = {**base, "is_causal": True, **VL_BAD[case]}
+    with pytest.raises((TypeError, ValueError)) as want:
+        vl.validate_varlen(q, k, v, require_cuda=False, **kw)
+    with pytest.raises(want.type) as got:
+        spak.fmha_varlen(q, k, v, **kw)
+    assert str(got.value) == str(want.value)
