@@ -107,6 +107,7 @@ def floor_rows(torch, dev, q1, k1, v1):
     rows = {}
     spak.fmha(q1, k1, v1, is_causal=True)
     ready = [r for key, r in api._READY.items() if key[0] == q1.shape and key[-1]]
+    nop0, nop13 = trivial_kernels()
     if ready:
         d, shape, gl, grid, kernel, dummy, tail = ready[0]
         out = torch.empty(shape, dtype=q1.dtype, device=dev)
@@ -114,8 +115,15 @@ def floor_rows(torch, dev, q1, k1, v1):
         stream = gl.current_raw_stream(d)
         rows["floor | ct.launch(fused, prepared args)"] = lambda: ct.launch(
             stream, grid, kernel, args)
+        rows["floor | torch.empty(out) + ct.launch(fused, prepared args)"] = lambda: ct.launch(
+            stream, grid, kernel, (q1, k1, v1, torch.empty(shape, dtype=q1.dtype, device=dev),
+                                   dummy) + tail)
+        # would a cached __cuda_array_interface__ object for the never-read dummy mask be
+        # cheaper than a torch tensor's DLPack conversion?
+        cai_args = (q1, k1, v1, out, _CAI(dummy)) + tail
+        rows["floor | ct.launch(fused, prepared args, dummy mask as CAI)"] = lambda: ct.launch(
+            stream, grid, kernel, cai_args)
     stream = torch.cuda.current_stream()
-    nop0, nop13 = trivial_kernels()
     ts = tuple(torch.empty(64, device=dev, dtype=torch.float16) for _ in range(5))
     consts = (0.125, 0, 64, 64, 1, 2, True, False)
     rows["floor | ct.launch(trivial kernel, no args)"] = lambda: ct.launch(
@@ -123,15 +131,18 @@ def floor_rows(torch, dev, q1, k1, v1):
     rows["floor | ct.launch(trivial kernel, 5 torch tensors + 8 scalars)"] = lambda: ct.launch(
         stream, (1, 1, 1), nop13, ts + consts)
 
-    class CAI:
-        __slots__ = ("__cuda_array_interface__",)
-
-        def __init__(self, t):
-            self.__cuda_array_interface__ = t.__cuda_array_interface__
-    cais = tuple(CAI(t) for t in ts)
+    cais = tuple(_CAI(t) for t in ts)
     rows["floor | ct.launch(trivial kernel, 5 CAI objects + 8 scalars)"] = lambda: ct.launch(
         stream, (1, 1, 1), nop13, cais + consts)
     return rows
+
+
+class _CAI:
+    """A tensor's __cuda_array_interface__, built once (the tensor must outlive it)."""
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, t):
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
 
 
 def trivial_kernels():
