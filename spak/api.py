@@ -653,7 +653,7 @@ class _Train(torch.autograd.Function):
     ~100-200 us of host time per training step on tiny problems (issue 34); what they buy
     (torch.compile, modes, tracing) is not in play on this path. The same saved state and
     the same kernels as the ops; a backward run under a mode or a trace (compiled
-    autograd) goes through torch.ops.spak.fmha_bwd."""
+    autograd), or with create_graph=True, goes through torch.ops.spak.fmha_bwd."""
 
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, is_causal, scale, kernel, *config):
@@ -665,7 +665,9 @@ class _Train(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
-        if _plain_eager(dout, q, k, attn_mask):
+        # create_graph=True (grad mode on here) takes the op: a backward through it then
+        # raises the op's "no autograd formula" error instead of dropping a derivative
+        if not torch.is_grad_enabled() and _plain_eager(dout, q, k, attn_mask):
             dq, dk, dv = _bwd_impl(dout, q, k, v, out, lse, attn_mask, ctx.is_causal,
                                    ctx.scale)
         else:
