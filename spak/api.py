@@ -33,9 +33,10 @@ backward is called). Works under ``torch.compile(fullgraph=True)`` and
 implementations included), so ``torch.compile`` graphs can hold it; under torch.compile
 the tile lookup happens in the op's body at run time. Plain eager calls (plain tensors,
 no autograd, no torch.compile/jit.trace, no torch function/dispatch mode, functorch
-transform or profiler) call the op's body directly, and a call whose signature was already
-validated skips validation and the tile lookup: both cost more host time than a short
-kernel takes (see fmha()).
+transform or profiler) call the op's body directly (training ones one autograd.Function
+over the same bodies, _Train), and a call whose signature was already validated skips
+validation and the tile lookup: both cost more host time than a short kernel takes (see
+fmha(); docs/host-path.md).
 """
 from __future__ import annotations
 
