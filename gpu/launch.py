@@ -20,8 +20,8 @@ import cuda.tile as ct
 from .plan import Launch, plan_fmha
 from .variants import apply_hints
 
-__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "fmha_into",
-           "fmha_bwd_into"]
+__all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "current_device",
+           "fmha_into", "fused_ready", "fmha_bwd_into"]
 
 
 def torch_alloc(like):
@@ -56,6 +56,14 @@ def run(launches: Sequence[Launch], stream=None) -> None:
         stream = current_raw_stream()
     for L in launches:
         ct.launch(stream, L.grid, L.kernel, L.args)
+
+
+def current_device():
+    """torch.cuda.current_device() without its Python wrapper (lazy init and checks: a
+    tensor on the GPU exists already when SPAK launches)."""
+    import torch
+    getter = getattr(torch._C, "_cuda_getDevice", None)
+    return torch.cuda.current_device() if getter is None else getter()
 
 
 def current_raw_stream(device: Optional[int] = None):
@@ -106,7 +114,7 @@ def _fused_cached(q, k, v, out, lse, causal, scale, tiles, hints, stream):
     n = 5 if lse is None else 6               # args[4]: the dummy mask; args[5]: the LSE
     # torch.Size hashes as a tuple; the config dicts are keyed in their own order (an
     # equal dict in another order only adds an entry): cheaper than sorting per call
-    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale,
+    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale or repr(scale),
            tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (), n)
     cached = _FUSED_PLANS.get(key)
     if cached is None:
@@ -126,6 +134,22 @@ def _fused_cached(q, k, v, out, lse, causal, scale, tiles, hints, stream):
     ct.launch(current_raw_stream() if stream is None else stream, L.grid, L.kernel,
               args + L.args[n:])
     return out
+
+
+def fused_ready(q, k, v, out, lse, causal, scale, tiles, hints):
+    """(grid, kernel, dummy mask, constant tail arguments) of the fused, maskless launch
+    fmha_into made for these shapes and this config, or None when it keeps none (first
+    call, or made under CUDA-graph capture): what a caller that keys its own calls more
+    cheaply (spak.api) launches with ct.launch(stream, grid, kernel, (q, k, v, out, dummy
+    [, lse]) + tail) without planning or building a key here."""
+    n = 5 if lse is None else 6
+    key = (q.shape, k.shape, v.shape, q.dtype, q.device, causal, scale or repr(scale),
+           tuple(tiles.items()) if tiles else (), tuple(hints.items()) if hints else (), n)
+    cached = _FUSED_PLANS.get(key)
+    if cached is None:
+        return None
+    L, dummy = cached
+    return L.grid, L.kernel, dummy, tuple(L.args[n:])
 
 
 def dummy_mask(like):
@@ -169,7 +193,7 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     """
     named = (q, k, v, out, dout, lse, dq, dk, dv) + (() if mask is None else (mask,))
     key = (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
-           None if mask is None else mask.shape, causal, scale,
+           None if mask is None else mask.shape, causal, scale or repr(scale),
            tuple(tiles.items()) if tiles else (), tuple(sorted((hints or {}).items())))
     recipe = _BWD_PLANS.get(key)
     if recipe is None:
@@ -184,15 +208,17 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
         if len(_BWD_PLANS) >= 512:
             _BWD_PLANS.clear()
         _BWD_PLANS[key] = recipe
-    # this call's tensors and fresh workspaces in the places the plan put them
-    launches, work = recipe
-    alloc = torch_alloc(q)
-    spaces = [alloc(shape, kind) for shape, kind in work]
+    # this call's tensors and fresh workspaces in the places the plan put them: a pool of
+    # (named, workspaces, constants), each launch's arguments taken by one itemgetter
+    launches, work, consts = recipe
+    import torch
+    dev = q.device
+    spaces = tuple(torch.empty(shape, dtype=torch.float32 if kind == "float32" else q.dtype,
+                               device=dev) for shape, kind in work)
+    pool = named + spaces + consts
     stream = current_raw_stream() if stream is None else stream
-    for kernel, grid, slots in launches:
-        ct.launch(stream, grid, kernel, tuple(
-            named[i] if where == "n" else spaces[i] if where == "w" else i
-            for where, i in slots))
+    for kernel, grid, get in launches:
+        ct.launch(stream, grid, kernel, get(pool))
     return dq, dk, dv
 
 
@@ -209,9 +235,10 @@ def bwd_hinted(launches, hints) -> list:
 
 
 def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=None):
-    """The backward's plan as a recipe: (launches as (kernel, grid, slots), workspaces as
-    (shape, kind)); a slot is ("n", i) for named[i], ("w", j) for the j-th workspace or
-    ("c", value) for a constant. Planning (validation included) costs ~45 us of host time
+    """The backward's plan as a recipe: (launches as (kernel, grid, getter), workspaces as
+    (shape, kind), constants); a launch's getter takes its arguments from the pool
+    named + workspaces + constants (binding them one by one cost ~10 us a call). Planning
+    (validation included) costs ~45 us of host time
     per call, about what a short backward kernel takes; a recipe is rebuilt in a few.
     None when the call's tensors are not distinct objects (q is k in self-attention): then
     a slot could not tell them apart, and a later call with distinct ones would be wrong."""
@@ -230,20 +257,25 @@ def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=N
                              mask=named[9] if has_mask else None, causal=causal, scale=scale,
                              tiles=tiles, alloc=alloc)
     launches = bwd_hinted(launches, hints)
-    where = {id(t): ("n", i) for i, t in enumerate(named)}
-    where.update({id(t): ("w", j) for j, t in enumerate(made)})
-    recipe = []
+    import operator
+    # the pool fmha_bwd_into binds from: named tensors, workspaces, constants
+    where = {id(t): i for i, t in enumerate(named)}
+    where.update({id(t): len(named) + j for j, t in enumerate(made)})
+    consts, recipe = [], []
     for L in launches:
-        slots = []
+        idx = []
         for a in L.args:
             if hasattr(a, "data_ptr"):          # a tensor: must be one of ours
                 if id(a) not in where:
                     return None
-                slots.append(where[id(a)])
+                idx.append(where[id(a)])
             else:
-                slots.append(("c", a))
-        recipe.append((L.kernel, L.grid, tuple(slots)))
-    return recipe, work
+                idx.append(len(named) + len(made) + len(consts))
+                consts.append(a)
+        get = (operator.itemgetter(*idx) if len(idx) > 1
+               else (lambda pool, i=idx[0]: (pool[i],)))
+        recipe.append((L.kernel, L.grid, get))
+    return recipe, work, tuple(consts)
 
 
 _BWD_PLANS: dict = {}

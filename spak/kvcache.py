@@ -203,8 +203,8 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
     names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
              id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
     names.update({id(w): i for i, w in enumerate(work)})
-    templates = [(L.kernel, L.grid, tuple(_place(a, names, work) for a in L.args))
-                 for L in launches]
+    templates = Templates((L.kernel, L.grid, tuple(_place(a, names, work) for a in L.args))
+                          for L in launches)
     if len(_PLANS) >= 512:                    # many distinct shapes: start over
         _PLANS.clear()
     _PLANS[key] = cached = (templates, [tuple(w.shape) for w in work])
@@ -238,14 +238,6 @@ def _place(a, names, work):
     return _Const(a)
 
 
-def _arg(a, work, tensors):
-    if isinstance(a, _Const):
-        return a.value
-    if isinstance(a, _View):
-        return work[a.index].view(a.shape)
-    return work[a] if isinstance(a, int) else tensors[a]
-
-
 def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor], is_causal: bool,
           scale: float, num_splits: int, tile_n: int, max_rows: int,
@@ -265,6 +257,8 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     if tile_n == 0 or max_rows == 0 or kt_form == -1:   # not given: the store's, else default
         tile_n, max_rows, kt_form = _tuned(q, k_cache, bt is not None, tile_n, max_rows,
                                            kt_form)
+    elif kt_form == _KT_LOOKED_UP:                      # fmha_kvcache's memo: the plan's choice
+        kt_form = -1
     templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
                               num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
                               num_ctas, lat, ahead)
@@ -315,16 +309,73 @@ def decode_tiles(gpu_name: str, dtype, head_dim: int, group: int, seq_q: int,
     return dict(_tuned_cache[memo])
 
 
+class Templates(list):
+    """A plan's launches as templates (kernel, grid, template args); carries its _Binder
+    once launched (built on the first launch, kept with the cached plan)."""
+    binder = None
+
+
+class _Binder:
+    """Templates compiled for binding: every argument of every launch is one item of a
+    pool (named tensors, workspaces, views of workspaces, constants), taken by an
+    operator.itemgetter per launch. Binding 30 arguments one by one through _arg cost
+    ~8 us of host time per decode call (issue 34)."""
+    __slots__ = ("names", "views", "consts", "launches", "nwork")
+
+    def __init__(self, templates):
+        import operator
+        names, views, consts, nwork = [], [], [], 0
+        for _, _, args in templates:
+            for a in args:
+                if isinstance(a, str):
+                    if a not in names:
+                        names.append(a)
+                elif isinstance(a, _View):
+                    views.append(a)
+                elif isinstance(a, _Const):
+                    consts.append(a)
+                else:                                   # a workspace index
+                    nwork = max(nwork, a + 1)
+        # the pool: names, workspaces, views, constants
+        at = {id(a): len(names) + nwork + i for i, a in enumerate(views + consts)}
+        self.names, self.nwork = tuple(names), nwork
+        self.views = tuple((a.index, a.shape) for a in views)
+        self.consts = tuple(a.value for a in consts)
+        self.launches = []
+        for kernel, grid, args in templates:
+            idx = [names.index(a) if isinstance(a, str) else
+                   at[id(a)] if isinstance(a, (_View, _Const)) else len(names) + a
+                   for a in args]
+            get = (operator.itemgetter(*idx) if len(idx) > 1 else
+                   (lambda pool, i=idx[0]: (pool[i],)) if idx else (lambda pool: ()))
+            self.launches.append((kernel, grid, get))
+
+    def pool(self, work, tensors) -> tuple:
+        return (tuple(map(tensors.get, self.names)) + tuple(work[:self.nwork])
+                + tuple(work[i].view(shape) for i, shape in self.views) + self.consts)
+
+
 def launch_templates(device, templates, work, tensors) -> None:
     """Launch (kernel, grid, template args) on `device`'s current stream, the arguments
-    bound by _arg; a cuTile compile error is re-raised with the set-up diagnosis."""
-    import cuda.tile as ct
+    bound by the templates' _Binder; a cuTile compile error is re-raised with the set-up
+    diagnosis. The device guard only when `device` is not the current one."""
     import spak.gpu.launch as gl
-    stream = gl.current_raw_stream(device.index)
+    binder = getattr(templates, "binder", None)
+    if binder is None:
+        binder = _Binder(templates)
+        if isinstance(templates, Templates):
+            templates.binder = binder
+    pool = binder.pool(work, tensors)
+    dev = device.index
+    stream = gl.current_raw_stream(dev)
     try:
-        with torch.cuda.device(device.index):
-            for kernel, grid, args in templates:
-                ct.launch(stream, grid, kernel, tuple(_arg(a, work, tensors) for a in args))
+        if dev == gl.current_device():
+            for kernel, grid, get in binder.launches:
+                gl.ct.launch(stream, grid, kernel, get(pool))
+        else:
+            with torch.cuda.device(dev):
+                for kernel, grid, get in binder.launches:
+                    gl.ct.launch(stream, grid, kernel, get(pool))
     except Exception as exc:
         from spak.device import env as gpu_env
         if gpu_env.is_compile_error(exc):
@@ -356,6 +407,14 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
                  is_causal: bool = False, scale: Optional[float] = None,
                  num_splits: Optional[int] = None, tiles: Optional[dict] = None):
     """softmax(q K^T * scale) V over each sequence's cached keys; see the module docstring."""
+    key = _memo_key(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale,
+                    num_splits, tiles)
+    tail = _VALIDATED.get(key) if key is not None else None
+    if tail is not None:                 # validated before: plain eager, config resolved
+        if type(cache_seqlens) is int:
+            cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
+                                       device=q.device)
+        return _impl(q, k_cache, v_cache, cache_seqlens, block_table, *tail)
     s, t = validate(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
                     is_causal=is_causal, scale=scale, num_splits=num_splits, tiles=tiles)
     from spak.gpu.plan_decode import default_decode_tiles
@@ -371,4 +430,53 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd
+    if key is not None:
+        tail = args[5:]
+        if tail[3] == 0 or tail[4] == 0 or tail[7] == -1:   # resolved once, not per call
+            tn, mr, kt = _tuned(q, k_cache, block_table is not None, args[8], args[9],
+                                args[12])
+            tail = (args[5:8] + (tn, mr) + args[10:12] + (_KT_LOOKED_UP if kt == -1 else kt,)
+                    + args[13:])
+        if len(_VALIDATED) >= 512:
+            _VALIDATED.clear()
+        _VALIDATED[key] = tail
     return _impl(*args)
+
+
+_KT_LOOKED_UP = -2        # KT_FORM: the store has none for this class (the plan's choice)
+_VALIDATED: dict = {}
+"""Validated plain eager calls: _memo_key(...) -> the op's arguments after the tensors,
+the config resolved (no tensors). Validation and the config lookup cost ~40 us of host
+time per decode call on the CPU box, more than the decode kernels take (issue 34)."""
+
+
+def _memo_key(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num_splits,
+              tiles):
+    """The key of a plain eager call in _VALIDATED, or None (validate it in full): what
+    validate() and the config lookup read, with exact argument types (True is not 1, a
+    float zero scale is not keyed: -0.0 == 0.0), the store's version; no tiles dict. A
+    call with a tensor that requires grad is validated in full, in any grad mode."""
+    if tiles is not None or type(is_causal) is not bool:
+        return None
+    if not (scale is None or type(scale) is int or type(scale) is float and scale != 0.0):
+        return None
+    if not (num_splits is None or type(num_splits) is int):
+        return None
+    try:
+        if q.requires_grad or k_cache.requires_grad or v_cache.requires_grad:
+            return None                  # validated in full, whatever the grad mode
+        if type(cache_seqlens) is int and cache_seqlens < 0:
+            return None
+        if not _plain_eager(q, k_cache, v_cache, None if type(cache_seqlens) is int
+                            else cache_seqlens, block_table):
+            return None
+        lens = ("int" if type(cache_seqlens) is int else
+                (cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device))
+        bt = (None if block_table is None else
+              (block_table.shape, block_table.dtype, block_table.device))
+        from spak.api import _store_version
+        return (q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, v_cache.dtype,
+                q.device, k_cache.device, v_cache.device, lens, bt, is_causal, scale,
+                num_splits, _store_version())
+    except (AttributeError, RuntimeError):     # not tensors: validate() says why
+        return None

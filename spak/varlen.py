@@ -41,7 +41,7 @@ from typing import Optional
 
 import torch
 
-from spak.kvcache import INDEX_DTYPES, MAX_HEAD_DIM, _Const, launch_templates
+from spak.kvcache import INDEX_DTYPES, MAX_HEAD_DIM, Templates, _Const, launch_templates
 from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
@@ -156,8 +156,8 @@ def _templates(q, k, v, cu_q, cu_k, out, max_q, max_k, is_causal, scale, config)
                            causal=is_causal, scale=scale, tiles=config,
                            arch=f"sm_{major}{minor}")
     names = {id(q): "q", id(k): "k", id(v): "v", id(cu_q): "cq", id(cu_k): "ck", id(out): "out"}
-    cached = [(L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
-              for L in launches]
+    cached = Templates((L.kernel, L.grid, tuple(names.get(id(a), _Const(a)) for a in L.args))
+                       for L in launches)
     if len(_PLANS) >= 512:
         _PLANS.clear()
     _PLANS[key] = cached
@@ -204,6 +204,11 @@ def fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 is_causal: bool = False, scale: Optional[float] = None,
                 tiles: Optional[dict] = None):
     """softmax(q K^T * scale) V per packed sequence; see the module docstring."""
+    key = _memo_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    is_causal, scale, tiles)
+    tail = _VALIDATED.get(key) if key is not None else None
+    if tail is not None:                 # validated before: plain eager, config resolved
+        return _impl(q, k, v, cu_seqlens_q, cu_seqlens_k, *tail)
     s, t = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            is_causal=is_causal, scale=scale, tiles=tiles)
     tile_m = tile_n = 0                   # 0: spak.fmha's config, looked up in the op
@@ -218,4 +223,40 @@ def fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     if not _plain_eager(q, k, v, cu_seqlens_q, cu_seqlens_k) or (
             torch.is_grad_enabled() and q.requires_grad):
         return torch.ops.spak.fmha_varlen(*args)
+    if key is not None:                  # the config resolved once, not per call
+        c = launch_config(q, cu_seqlens_q, *args[5:8], *args[9:11])
+        if len(_VALIDATED) >= 512:
+            _VALIDATED.clear()
+        _VALIDATED[key] = args[5:9] + (c["TILE_M"], c["TILE_N"], c["LAT_K"], c["LAT_V"],
+                                       c["OCCUPANCY"], c["NUM_CTAS"])
     return _impl(*args)
+
+
+_VALIDATED: dict = {}
+"""Validated plain eager calls: _memo_key(...) -> the op's arguments after the tensors,
+the config resolved (no tensors): validation and the config lookup cost more host time
+than a short varlen kernel takes (issue 34)."""
+
+
+def _memo_key(q, k, v, cu_q, cu_k, max_q, max_k, is_causal, scale, tiles):
+    """The key of a plain eager call in _VALIDATED, or None (validate it in full): what
+    validate_varlen() and the config lookup read, with exact argument types (True is not
+    1, a float zero scale is not keyed: -0.0 == 0.0) and the store's version; no tiles."""
+    if tiles is not None or type(is_causal) is not bool:
+        return None
+    if type(max_q) is not int or type(max_k) is not int or max_q < 0 or max_k < 0:
+        return None
+    if not (scale is None or type(scale) is int or type(scale) is float and scale != 0.0):
+        return None
+    from spak.kvcache import _plain_eager
+    try:
+        if q.requires_grad or k.requires_grad or v.requires_grad:
+            return None                  # validated in full, whatever the grad mode
+        if not _plain_eager(q, k, v, cu_q, cu_k):
+            return None
+        from spak.api import _store_version
+        return (q.shape, k.shape, v.shape, cu_q.shape, cu_k.shape, q.dtype, k.dtype, v.dtype,
+                cu_q.dtype, cu_k.dtype, q.device, k.device, v.device, cu_q.device,
+                cu_k.device, max_q, max_k, is_causal, scale, _store_version())
+    except (AttributeError, RuntimeError):     # not tensors: validate_varlen() says why
+        return None

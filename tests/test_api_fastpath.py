@@ -41,6 +41,7 @@ def _out(q, v):
 def rec(monkeypatch, tmp_path):
     """Recorders: rec.validate (calls), rec.impl / rec.op (the op arguments after q, k, v)."""
     monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(tmp_path / "tuned.json"))   # no file yet
+    monkeypatch.setattr(api, "STORE_RECHECK_S", 0)     # every call looks (the throttle: below)
     monkeypatch.setattr(api, "_device_info", lambda device: (ARCH, GPU))
     r = SimpleNamespace(validate=0, impl=[], op=[], store=tmp_path / "tuned.json")
 
@@ -58,6 +59,12 @@ def rec(monkeypatch, tmp_path):
     monkeypatch.setattr(api, "validate", validate)
     monkeypatch.setattr(api, "_impl", impl)
     monkeypatch.setattr(torch.ops.spak, "fmha", op)
+    r.train = []
+
+    def train(q, k, v, *args):
+        r.train.append(args)
+        return _out(q, v)
+    monkeypatch.setattr(api, "_Train", SimpleNamespace(apply=train))
     api._VALIDATED.clear()
     api._lookup_cache.clear()
     yield r
@@ -269,13 +276,16 @@ def test_requires_grad_with_grad_enabled_takes_the_op(rec, which):
     mask = torch.zeros(8, 8)
     {"q": q, "k": k, "v": v, "mask": mask}[which].requires_grad_()
     spak.fmha(q, k, v, attn_mask=mask)
-    assert len(rec.op) == 1 and rec.impl == []
+    # plain eager training: the autograd.Function (api._Train); a mask that asks for a
+    # gradient: the op, whose composite refuses it
+    taken = rec.op if which == "mask" else rec.train
+    assert len(taken) == 1 and rec.impl == [] and len(rec.op) + len(rec.train) == 1
     with torch.no_grad():
         spak.fmha(q, k, v, attn_mask=mask)
     with torch.inference_mode():
         spak.fmha(q, k, v, attn_mask=mask)
-    assert len(rec.op) == 1 and len(rec.impl) == 2
-    assert rec.op[0][1:] == rec.impl[0][1:] == rec.impl[1][1:]
+    assert len(taken) == 1 and len(rec.impl) == 2
+    assert taken[0][1:] == rec.impl[0][1:] == rec.impl[1][1:]
 
 
 def _real_op_on_cpu(monkeypatch, tmp_path):
@@ -447,3 +457,30 @@ def test_current_raw_stream_asks_the_device_once(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append(1) or 5)
     assert gl.current_raw_stream(2) == ("raw", 2) and asked == []
     assert gl.current_raw_stream() == ("raw", 5) and asked == [1]
+
+
+def test_the_store_is_looked_at_once_a_second_or_at_once_after_a_write(rec, monkeypatch):
+    """The store's version is memoised for STORE_RECHECK_S (a stat per call costs a third
+    of the call's host time): another process's rewrite is seen after the window, one made
+    through spak.tune.store.write_store at once."""
+    clock = [100.0]
+    monkeypatch.setattr(api, "_monotonic", lambda: clock[0])
+    monkeypatch.setattr(api, "STORE_RECHECK_S", 1.0)
+    q, k, v = qkv()
+    spak.fmha(q, k, v)
+    assert rec.impl[-1][4:6] == (128, 128)             # no store file: default_tiles(16)
+
+    def entry(tm, tn):
+        return {"version": 1, "configs": [tuned.make_entry(
+            GPU, "fused", "fp16", 16, False, 8, {"TILE_M": tm, "TILE_N": tn})]}
+    tuned.write_store(entry(64, 32), rec.store)        # this process: seen at once
+    spak.fmha(q, k, v)
+    assert rec.impl[-1][4:6] == (64, 32)
+    rec.store.write_text(__import__("json").dumps(entry(32, 64)))    # "another process"
+    os.utime(rec.store, ns=(10**18, 10**18))
+    clock[0] += 0.5
+    spak.fmha(q, k, v)
+    assert rec.impl[-1][4:6] == (64, 32)               # inside the window: not looked at
+    clock[0] += 0.6
+    spak.fmha(q, k, v)
+    assert rec.impl[-1][4:6] == (32, 64)               # after it: read again

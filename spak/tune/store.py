@@ -341,4 +341,9 @@ def write_store(store: dict, path=None) -> Path:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, p)
+    WRITES[0] += 1                # spak.api's memoised store version looks again at once
     return p
+
+
+#: [stores written by this process] (spak.api._store_version)
+WRITES = [0]

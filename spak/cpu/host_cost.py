@@ -1,0 +1,187 @@
+"""The PyTorch entry points' host path on the CPU: CUDA faked, the launch a no-op.
+
+    with fake_cuda():                           # CPU tensors pass for one CUDA device
+        calls = count_calls(lambda: spak.fmha(q, k, v, is_causal=True))
+        us = per_call_us(lambda: spak.fmha(q, k, v, is_causal=True), 2000)
+
+An eager call of a short kernel costs its host time: validation, config lookup, custom-op
+dispatch, workspace allocation, argument packing, ``ct.launch``, autograd bookkeeping.
+Everything but the launch and the CUDA runtime queries is Python and torch on the host, so
+it runs here on CPU tensors: ``fake_cuda`` lets them through the CUDA-only checks, answers
+torch.cuda's device queries (an sm_90 "NVIDIA H100 80GB HBM3" with 132 SMs, device 0,
+stream 0) and replaces ``ct.launch`` by a recorder that launches nothing. The real launch
+and driver calls are what this leaves out (tools/host_cost_bench.py times them on a GPU).
+
+``count_calls`` counts the calls the repository's code makes during one call (Python
+functions and C functions alike: torch ops, builtins, ``ct.launch``), a number that does not
+depend on the machine's speed; tests/test_host_cost.py holds each entry point to a budget.
+tools/host_profile_cpu.py prints both and a cProfile per entry point.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+__all__ = ["fake_cuda", "count_calls", "per_call_us", "FAKE_GPU", "LAUNCHES"]
+
+FAKE_GPU = "NVIDIA H100 80GB HBM3"
+#: (grid, kernel, args) of every launch under fake_cuda (cleared on entry)
+LAUNCHES: list = []
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class _NoDevice:
+    """torch.cuda.device(i) on one device: nothing to switch."""
+
+    def __init__(self, index=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _launch(stream, grid, kernel, args):
+    LAUNCHES.append((grid, kernel, args))
+
+
+@contextlib.contextmanager
+def fake_cuda():
+    """CPU tensors pass for CUDA ones of device 0 of an H100; ct.launch records (LAUNCHES).
+    Restores everything it replaced, and empties the caches that saw the fake device."""
+    import types
+
+    import cuda.tile as ct
+    import torch
+
+    import spak.api as api
+    import spak.gpu.launch as gl
+    import spak.kvcache as kvc
+    import spak.torch_checks as tc
+    real_check = tc.check_devices
+
+    def check_devices(named, optional, require_cuda, entry, cpu_hint):
+        return real_check(named, optional, False, entry, cpu_hint)
+    props = types.SimpleNamespace(multi_processor_count=132, L2_cache_size=50 << 20,
+                                  major=9, minor=0, name=FAKE_GPU)
+    cuda = {"current_device": lambda: None, "device": _NoDevice,
+            "get_device_capability": lambda *a: (9, 0),
+            "get_device_name": lambda *a: FAKE_GPU,
+            "get_device_properties": lambda *a: props,
+            "is_current_stream_capturing": lambda: False}
+    patches = [(torch.cuda, name, val) for name, val in cuda.items()]
+    patches += [(torch._C, "_cuda_getCurrentRawStream", lambda device: 0),
+                (torch._C, "_cuda_getDevice", lambda: None),
+                (ct, "launch", _launch)]
+    patches += [(mod, "check_devices", check_devices) for mod in (api, kvc, _varlen(), tc)]
+    saved = [(obj, name, getattr(obj, name, _MISSING)) for obj, name, _ in patches]
+    caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear]
+    caches += [getattr(mod, name).clear for mod, names in (
+        (api, ("_VALIDATED", "_lookup_cache", "_READY")),
+        (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED")),
+        (_varlen(), ("_PLANS", "_VALIDATED"))) for name in names if hasattr(mod, name)]
+    try:
+        for obj, name, val in patches:
+            setattr(obj, name, val)
+        for clear in caches:
+            clear()
+        LAUNCHES.clear()
+        yield LAUNCHES
+    finally:
+        for obj, name, val in saved:
+            if val is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, val)
+        for clear in caches:
+            clear()
+
+
+_MISSING = object()
+
+
+def _varlen():
+    import spak.varlen as varlen
+    return varlen
+
+
+def count_calls(fn, *, where=_ROOT) -> int:
+    """Calls made by code under ``where`` (the repository) while ``fn()`` runs: each call
+    of a Python or C function whose caller is a frame of a file under ``where``.
+    Comprehension frames are not counted themselves (Python 3.12 inlines them); the calls
+    made inside them are."""
+    count = 0
+    ours: dict = {}
+
+    def mine(code):
+        m = ours.get(code)
+        if m is None:
+            m = ours[code] = code.co_filename.startswith(where)
+        return m
+
+    def prof(frame, event, arg):
+        nonlocal count
+        if event == "call":
+            back = frame.f_back
+            if (back is not None and mine(back.f_code)
+                    and not frame.f_code.co_name.startswith("<")):
+                count += 1
+        elif event == "c_call" and mine(frame.f_code):
+            count += 1
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def per_call_us(fn, n: int = 2000, repeats: int = 3, clock=time.perf_counter) -> float:
+    """Best of ``repeats`` loops of ``n`` calls: microseconds per call (after a warm-up).
+    clock=time.process_time counts this process's CPU time only: steadier than the wall
+    clock on a machine shared with other work."""
+    for _ in range(20):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        best = min(best, (clock() - t0) / n * 1e6)
+    return best
+
+
+def cases(seed: int = 0) -> dict:
+    """name -> fn: one eager call of each entry point on CPU tensors (use under fake_cuda),
+    at the shapes of tools/host_cost_bench.py. Random inputs (the launch is a recorder, so
+    only the host path runs)."""
+    import torch
+
+    import spak
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, grad=False):
+        return torch.randn(shape, generator=g).half().requires_grad_(grad)
+    q1, k1, v1 = rnd(1, 2, 16, 64), rnd(1, 2, 16, 64), rnd(1, 2, 16, 64)
+    q4, k4, v4 = rnd(4, 16, 512, 64), rnd(4, 16, 512, 64), rnd(4, 16, 512, 64)
+    qg, kg, vg = (rnd(1, 2, 16, 64, grad=True) for _ in range(3))
+    dout = rnd(1, 2, 16, 64)
+    qd, kc, vc = rnd(1, 1, 32, 64), rnd(1, 256, 8, 64), rnd(1, 256, 8, 64)
+    lens = torch.tensor([200], dtype=torch.int32)
+    qv, kv, vv = rnd(40, 2, 64), rnd(40, 2, 64), rnd(40, 2, 64)
+    cu = torch.tensor([0, 16, 40], dtype=torch.int32)
+
+    def train():
+        spak.fmha(qg, kg, vg, is_causal=True).backward(dout)
+    return {
+        "fmha 1x2x16x64 causal": lambda: spak.fmha(q1, k1, v1, is_causal=True),
+        "fmha 4x16x512x64 causal": lambda: spak.fmha(q4, k4, v4, is_causal=True),
+        "fmha fwd+bwd 1x2x16x64 causal": train,
+        "fmha_kvcache 1x1x32:8 x256": lambda: spak.fmha_kvcache(qd, kc, vc, lens),
+        "fmha_varlen 2 seqs (16, 24) x2x64 causal": lambda: spak.fmha_varlen(
+            qv, kv, vv, cu, cu, 24, 24, is_causal=True),
+    }

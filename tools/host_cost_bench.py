@@ -1,0 +1,226 @@
+"""Eager host cost per call of SPAK's entry points against SDPA, in one process (issue 34).
+
+    source .carry/setup.sh && python tools/host_cost_bench.py --out DIR [--n 2000] [--dry-run]
+
+eager_us(fn, n): n eager calls back to back, one synchronize at the end: for problems whose
+GPU work is shorter than the host's, the wall time per call is the host's cost per call
+(the figure a user's eager loop sees). Rows: spak.fmha (1x2x16x64 and 4x16x512x64 causal),
+forward + backward (1x2x16x64 causal), spak.fmha_kvcache (1 query x 32 heads : 8 kv heads,
+256-key cache), spak.fmha_varlen (2 sequences); SDPA (cuDNN, flash, default) on the same
+problems; the floor: ct.launch alone, of the fused kernel with prepared arguments, and of
+a trivial kernel (no argument; 5 tensors + 8 scalars as torch tensors and as objects with
+a ready __cuda_array_interface__). spak.fmha against NVIDIA's sample under do_bench is the
+harness's (`spak run --timing flush --peers sdpa,nvidia-sample`). Every row fails soft. Writes host_cost.json
+and host_cost.md into --out; prints the table. --dry-run: the rows with stand-ins on the CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def eager_us(fn, n: int = 2000, sync=None) -> float:
+    """Microseconds per call of n back-to-back eager calls, one sync at the end (best of 3
+    loops, after 50 warm-up calls)."""
+    sync = sync or (lambda: None)
+    for _ in range(50):
+        fn()
+    sync()
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+def _rand(torch, dev, *shape, grad=False):
+    return torch.randn(shape, device=dev, dtype=torch.float16).requires_grad_(grad)
+
+
+def _sdpa_rows(torch, F, name, call):
+    """SDPA rows of one problem: cuDNN, flash, default (backend pinned around the loop)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = {}
+    for label, be in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                      ("flash", SDPBackend.FLASH_ATTENTION), ("default", None)):
+        rows[f"{name} | SDPA {label}"] = (call, be)
+    return rows
+
+
+def eager_rows(torch, dev):
+    """name -> fn (or (fn, SDPA backend)) of every eager row."""
+    import spak
+    F = torch.nn.functional
+    r = {}
+    q1, k1, v1 = (_rand(torch, dev, 1, 2, 16, 64) for _ in range(3))
+    q4, k4, v4 = (_rand(torch, dev, 4, 16, 512, 64) for _ in range(3))
+    r["fmha 1x2x16x64 causal | spak"] = lambda: spak.fmha(q1, k1, v1, is_causal=True)
+    r.update(_sdpa_rows(torch, F, "fmha 1x2x16x64 causal",
+                        lambda: F.scaled_dot_product_attention(q1, k1, v1, is_causal=True)))
+    r["fmha 4x16x512x64 causal | spak"] = lambda: spak.fmha(q4, k4, v4, is_causal=True)
+    r.update(_sdpa_rows(torch, F, "fmha 4x16x512x64 causal",
+                        lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True)))
+    qg, kg, vg = (_rand(torch, dev, 1, 2, 16, 64, grad=True) for _ in range(3))
+    do = _rand(torch, dev, 1, 2, 16, 64)
+    r["fwd+bwd 1x2x16x64 causal | spak"] = lambda: spak.fmha(
+        qg, kg, vg, is_causal=True).backward(do)
+    r.update(_sdpa_rows(torch, F, "fwd+bwd 1x2x16x64 causal", lambda: F.scaled_dot_product_attention(
+        qg, kg, vg, is_causal=True).backward(do)))
+    qd = _rand(torch, dev, 1, 1, 32, 64)
+    kc, vc = (_rand(torch, dev, 1, 256, 8, 64) for _ in range(2))
+    lens = torch.tensor([256], dtype=torch.int32, device=dev)
+    r["kvcache 1x1x32:8 x256 | spak"] = lambda: spak.fmha_kvcache(qd, kc, vc, lens)
+    qs, ks, vs = qd.transpose(1, 2).contiguous(), *(t.transpose(1, 2).contiguous()
+                                                    for t in (kc, vc))
+    r.update(_sdpa_rows(torch, F, "kvcache 1x1x32:8 x256", lambda: F.scaled_dot_product_attention(
+        qs, ks, vs, enable_gqa=True)))
+    qv, kv, vv = (_rand(torch, dev, 40, 2, 64) for _ in range(3))
+    cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=dev)
+    r["varlen 2 seqs (16, 24) x2x64 causal | spak"] = lambda: spak.fmha_varlen(
+        qv, kv, vv, cu, cu, 24, 24, is_causal=True)
+    qp, kp, vp = (_rand(torch, dev, 2, 2, 24, 64) for _ in range(3))
+    r.update(_sdpa_rows(torch, F, "varlen 2 seqs (16, 24) x2x64 causal (SDPA: padded 2x2x24)",
+                        lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)))
+    return r, (q1, k1, v1)
+
+
+def floor_rows(torch, dev, q1, k1, v1):
+    """ct.launch alone: the fused kernel with prepared arguments (what spak.fmha's cached
+    path launches), and a trivial kernel."""
+    import cuda.tile as ct
+
+    import spak
+    from spak import api
+    rows = {}
+    spak.fmha(q1, k1, v1, is_causal=True)
+    ready = [r for key, r in api._READY.items() if key[0] == q1.shape and key[-1]]
+    nop0, nop13 = trivial_kernels()
+    if ready:
+        d, shape, gl, grid, kernel, dummy, tail = ready[0]
+        out = torch.empty(shape, dtype=q1.dtype, device=dev)
+        args = (q1, k1, v1, out, dummy) + tail
+        stream = gl.current_raw_stream(d)
+        rows["floor | ct.launch(fused, prepared args)"] = lambda: ct.launch(
+            stream, grid, kernel, args)
+        rows["floor | torch.empty(out) + ct.launch(fused, prepared args)"] = lambda: ct.launch(
+            stream, grid, kernel, (q1, k1, v1, torch.empty(shape, dtype=q1.dtype, device=dev),
+                                   dummy) + tail)
+        # would a cached __cuda_array_interface__ object for the never-read dummy mask be
+        # cheaper than a torch tensor's DLPack conversion?
+        cai_args = (q1, k1, v1, out, _CAI(dummy)) + tail
+        rows["floor | ct.launch(fused, prepared args, dummy mask as CAI)"] = lambda: ct.launch(
+            stream, grid, kernel, cai_args)
+    stream = torch.cuda.current_stream()
+    ts = tuple(torch.empty(64, device=dev, dtype=torch.float16) for _ in range(5))
+    consts = (0.125, 0, 64, 64, 1, 2, True, False)
+    rows["floor | ct.launch(trivial kernel, no args)"] = lambda: ct.launch(
+        stream, (1, 1, 1), nop0, ())
+    rows["floor | ct.launch(trivial kernel, 5 torch tensors + 8 scalars)"] = lambda: ct.launch(
+        stream, (1, 1, 1), nop13, ts + consts)
+
+    cais = tuple(_CAI(t) for t in ts)
+    rows["floor | ct.launch(trivial kernel, 5 CAI objects + 8 scalars)"] = lambda: ct.launch(
+        stream, (1, 1, 1), nop13, cais + consts)
+    return rows
+
+
+class _CAI:
+    """A tensor's __cuda_array_interface__, built once (the tensor must outlive it)."""
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, t):
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+
+def trivial_kernels():
+    """(no-argument kernel, 5 arrays + 8 scalars kernel); both do nothing. Defined here, at
+    module level: cuTile resolves the annotations in the module's globals."""
+    global _KERNELS
+    if _KERNELS is None:
+        global ct
+        import cuda.tile as ct
+
+        def nop0():
+            ct.bid(0)
+
+        def nop13(A, B, C, D, E, s, i, n1: ct.Constant[int], n2: ct.Constant[int],
+                  n3: ct.Constant[int], n4: ct.Constant[int], b1: ct.Constant[bool],
+                  b2: ct.Constant[bool]):
+            ct.bid(0)
+        _KERNELS = ct.kernel(nop0), ct.kernel(nop13)
+    return _KERNELS
+
+
+_KERNELS = None
+
+
+def run_eager(torch, rows, n):
+    from torch.nn.attention import sdpa_kernel
+    results = {}
+    for name, fn in rows.items():
+        try:
+            if isinstance(fn, tuple):
+                call, be = fn
+                if be is None:
+                    us = eager_us(call, n, torch.cuda.synchronize)
+                else:
+                    with sdpa_kernel(be):
+                        us = eager_us(call, n, torch.cuda.synchronize)
+            else:
+                us = eager_us(fn, n, torch.cuda.synchronize)
+            results[name] = round(us, 2)
+        except Exception as exc:                  # fail soft: the row says why
+            results[name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+        print(f"  {name:<70} {results[name]}", flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="host_cost_out")
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--dry-run", action="store_true", help="the rows on the CPU, CUDA faked")
+    args = ap.parse_args(argv)
+    import torch
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        from spak.cpu import host_cost as hc
+        with hc.fake_cuda():
+            res = {k: round(hc.per_call_us(fn, args.n), 2) for k, fn in hc.cases().items()}
+        print(json.dumps(res, indent=1))
+        return 0
+    dev = torch.device("cuda")
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "n": args.n,
+            "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    print(f"{meta['gpu']} torch {meta['torch']} {meta['date']}; us per eager call:")
+    eager, bench = {}, {}
+    try:
+        rows, qkv = eager_rows(torch, dev)
+        eager.update(run_eager(torch, rows, args.n))
+        eager.update(run_eager(torch, floor_rows(torch, dev, *qkv), args.n))
+    except Exception:
+        traceback.print_exc()
+    # spak.fmha vs NVIDIA's sample under do_bench is the harness's job: `spak run --family
+    # fmha_fwd --shapes 2x8x512x64/causal --timing flush --peers sdpa,nvidia-sample`
+    (out / "host_cost.json").write_text(json.dumps({"meta": meta, "eager_us": eager,
+                                                    "do_bench": bench}, indent=1))
+    (out / "host_cost.md").write_text(markdown(meta, eager, bench))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
