@@ -194,7 +194,8 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     named = (q, k, v, out, dout, lse, dq, dk, dv) + (() if mask is None else (mask,))
     key = (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
            None if mask is None else mask.shape, causal, scale or repr(scale),
-           tuple(tiles.items()) if tiles else (), tuple(sorted((hints or {}).items())))
+           tuple(tiles.items()) if tiles else (),
+           tuple(sorted(hints.items())) if hints else ())
     recipe = _BWD_PLANS.get(key)
     if recipe is None:
         recipe = _plan_bwd_recipe(kernel_name, named, mask is not None, causal, scale, tiles,

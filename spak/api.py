@@ -468,6 +468,7 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 
 
 _bwd_cache: dict = {}
+_bwd_fast: dict = {}
 
 
 def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
@@ -477,13 +478,29 @@ def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
     (problem class, store file version), as the forward's lookup."""
     if device.type != "cuda":
         return None, None
+    # host path (issue 34): a repeated step reads one dict. The store version is the one
+    # the step's forward saw (_STORE_SEEN; the forward's lookup refreshes it), so this adds
+    # no stat() and no call to the training step's host cost.
+    fast = (device, dtype, D, causal, Sk, _STORE_SEEN[2])
+    hit = _bwd_fast.get(fast)
+    if hit is not None:
+        return hit
     _, gpu_name = _device_info(device)
     dt = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
     key = (gpu_name, dt, D, causal, tuned.seq_bucket(Sk), _store_version())
+    if len(_bwd_fast) >= 512:
+        _bwd_fast.clear()
+    _bwd_fast[fast] = _bwd_config_slow(key)
+    return _bwd_fast[fast]
+
+
+def _bwd_config_slow(key: tuple) -> tuple:
+    """_bwd_config's store lookup, memoised per (GPU, dtype, D, causal, bucket, store)."""
+    gpu_name, dt, D, causal, bucket, _ = key
     if key not in _bwd_cache:
         found = tuned.lookup_key("fmha_bwd", gpu_name, "fused",
                                  {"dtype": dt, "head_dim": D, "causal": causal,
-                                  "seq_bucket": tuned.seq_bucket(Sk)})
+                                  "seq_bucket": bucket})
         if not found:
             _bwd_cache[key] = (None, None)
         else:
