@@ -181,10 +181,11 @@ def former_splits(c) -> int:
     """The split count of the rule before 2026-11-24d (1-4 waves of splits of a
     sixteenth of the cache, 4-16 tiles each, at least one wave) for a grid case at the
     default tiles: the baseline the new one-wave rule is timed against in one run."""
-    from spak.gpu.plan_decode import COMBINE_SHARE, MAX_SPLITS, default_decode_tiles, row_tiles
+    from spak.gpu.plan_decode import (COMBINE_SHARE, MAX_SPLITS, default_decode_tiles,
+                                      head_tiles, row_tiles)
     t = default_decode_tiles(c["D"])
     gt, sq_t = row_tiles(c["Hq"], c["Hkv"], c["Sq"], t["MAX_ROWS"])
-    blocks = c["B"] * (c["Hq"] // gt) * -(-c["Sq"] // sq_t)
+    blocks = c["B"] * head_tiles(c["Hq"], c["Hkv"], gt) * -(-c["Sq"] // sq_t)
     key_tiles, sms = -(-c["Sk"] // t["TILE_N"]), 132
     kv_bytes = c["B"] * c["Hkv"] * c["Sk"] * 2 * c["D"] * 2
     partial = c["B"] * c["Sq"] * c["Hq"] * (c["D"] + 2) * 4

@@ -336,8 +336,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
-                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form,
-                         lat, ahead, masked),
+                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, masked,
+                         form, lat, ahead),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -347,8 +347,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     splits_t, cdv = combine_tiles(splits, Dv)
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
-                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat,
-                     ahead, masked),
+                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, masked,
+                     form, lat, ahead),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),

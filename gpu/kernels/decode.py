@@ -76,10 +76,10 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         PAGE_MODE: ConstInt,    # several pages a tile: 0 boxes, 1 gathered
                         SPLIT: ConstBool,       # write partials (several splits)
                         CAUSAL: ConstBool,
+                        PAD: ConstBool,         # GT does not divide the group: masked rows
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
-                        AHEAD: ConstBool = False,   # paged: page ids one tile ahead
-                        PAD: ConstBool = False):    # GT does not divide the group: masked rows
+                        AHEAD: ConstBool = False):  # paged: page ids one tile ahead
     t, qt, kv_h, h0, nh = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT, PAD)
     split = ct.bid(1)
     b = ct.bid(2)

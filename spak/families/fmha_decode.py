@@ -234,6 +234,17 @@ SHAPE_SETS: dict[str, list[str]] = {
         "1x32:1x8:150x64/causal/splits=2",
         "2x16:2x4:140x128/causal/lens=140:9",
     ],
+    # GQA groups no power of two divides (issue 33: padded head tiles, masked rows):
+    # 5, 7, 12 and Falcon-7B's 71 (two tiles of 64), contiguous and paged, Sq 1 and 3,
+    # ragged lengths with 0 and 1
+    "groups": [
+        "2x10:2x90x64/lens=90:1/splits=2",                  # group 5
+        "2x14:2x3:70x64/causal/page16/lens=70:0/splits=3",  # group 7, Sq 3, pages
+        "2x24:2x80x32/page64/lens=3:80",                    # group 12
+        "1x12:1x3:50x32/causal/lens=50",                    # group 12, Sq 3: 64 rows
+        "2x71:1x40x32/page16/lens=40:17/splits=2",          # 71: two tiles of 64 heads
+        "1x71:1x3:30x32/causal/lens=30",                    # 71, Sq 3
+    ],
     "bench": _bench(),
     "varlen": [
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
@@ -316,8 +327,11 @@ class FmhaDecode(KernelFamily):
     name = "fmha_decode"
     title = "decode attention over a KV cache (split-KV, GQA packing, paged or contiguous)"
     #: the split kernel in its three forms (gpu.plan_decode.KT_FORMS): "splitkv" the plan's
-    #: choice (tiles["KT_FORM"] or choose_kt_form), the others one form pinned
-    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt")
+    #: choice (tiles["KT_FORM"] or choose_kt_form), the others one form pinned;
+    #: "splitkv_pow2" the plan's choice with the former GQA row tiling (tiles["GROUP_PAD"]
+    #: 0: blocks of the largest power of two dividing the group), the baseline issue 33's
+    #: padded tiles are timed against in one run (`spak run --kernel all`)
+    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt", "splitkv_pow2")
     outputs = ("out",)
     metric = "GB/s"
     space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
@@ -334,8 +348,9 @@ class FmhaDecode(KernelFamily):
 
     def knob_keys(self) -> tuple[str, ...]:
         """KT_FORM (gpu.plan_decode.KT_FORMS: 0 rows, 1 keys, 2 keys_vt in the tensor
-        cores' M), swept beside the tiles ([sweep.sm_90] knobs)."""
-        return ("KT_FORM",)
+        cores' M) and GROUP_PAD (1 padded GQA tiles, 0 the former power-of-two ones),
+        swept beside the tiles ([sweep.sm_90] knobs)."""
+        return ("KT_FORM", "GROUP_PAD")
 
     def grammar_help(self) -> str:
         return GRAMMAR_HELP
@@ -476,15 +491,16 @@ class FmhaDecode(KernelFamily):
                 "tiles": parts[0]["tiles"] or {}}
 
 
-#: kernel name -> the KT_FORM it pins (gpu.plan_decode.KT_FORMS)
-_KERNEL_FORMS = {"splitkv_keys": 1, "splitkv_keys_vt": 2}
+#: kernel name -> the tiles knobs it pins (gpu.plan_decode: KT_FORMS, GROUP_PAD)
+_KERNEL_FORMS = {"splitkv_keys": {"KT_FORM": 1}, "splitkv_keys_vt": {"KT_FORM": 2},
+                 "splitkv_pow2": {"GROUP_PAD": 0}}
 
 
 def _form_tiles(kernel, tiles):
-    """tiles with the kernel's pinned KT_FORM (none for "splitkv": the plan's choice)."""
+    """tiles with the kernel's pinned knobs (none for "splitkv": the plan's choice)."""
     if kernel not in _KERNEL_FORMS:
         return tiles
-    return {**(tiles or {}), "KT_FORM": _KERNEL_FORMS[kernel]}
+    return {**(tiles or {}), **_KERNEL_FORMS[kernel]}
 
 
 def _tiles(tiles):

@@ -1,0 +1,80 @@
+"""GQA groups that no power of two divides (issue 33): the group is covered by
+cdiv(group, GT) tiles of GT (a power of two) heads, the last one padded with masked rows
+(tiles["GROUP_PAD"] 1, the default), so each kv head's K/V is read once per tile, not once
+per power-of-two piece. On the simulator against float64: groups 5, 7, 12 and 71 (Falcon-7B's
+MQA: two tiles of 64 heads), contiguous and paged caches, Sq 1 and 3, ragged lengths with 0
+and 1, the three KT forms; the padded rows never reach the output (bit-identical to the
+former tiling where both split the keys alike)."""
+import numpy as np
+import pytest
+
+from spak.core.metrics import rel_l2
+from spak.cpu.simrun_decode import simulate_decode
+from spak.families.fmha_decode import FAMILY
+from spak.gpu.plan_decode import head_tiles, plan_decode, row_tiles
+
+# the family's "groups" set: B x Hq:Hkv x [Sq:]Sk x D, small enough for CI
+CASES = FAMILY.shape_sets["groups"]
+
+
+def _run(case, tiles=None, seed=5):
+    p = FAMILY.parse(case)
+    inp = FAMILY.make_inputs(p, seed=seed)
+    out, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits,
+                             tiles=tiles)
+    return p, inp, out
+
+
+@pytest.mark.parametrize("form", [0, 1, 2])
+@pytest.mark.parametrize("case", CASES)
+def test_groups_match_float64(case, form):
+    p, inp, out = _run(case, {"KT_FORM": form})
+    ref = FAMILY.reference(p, inp)["out"]
+    assert not np.isnan(out).any()              # every row of every head written
+    assert rel_l2(out, ref) <= FAMILY.gate(p)
+    assert rel_l2(out, ref * 1.01) > FAMILY.gate(p)       # the check can fail
+
+
+@pytest.mark.parametrize("case", ["2x14:2x70x64/fp16/lens=70:1/splits=2",
+                                  "1x24:2x3:60x32/page16/bf16/splits=3"])
+def test_padded_rows_leave_every_real_row_bitwise_unchanged(case):
+    """Non-causal with the split count pinned, each row's arithmetic is the same in a padded
+    tile of 8/16 heads as in the former tiles of 1/4: the outputs agree bit for bit."""
+    _, _, padded = _run(case)
+    _, _, pow2 = _run(case, {"GROUP_PAD": 0})
+    assert np.array_equal(padded.view(np.uint16) if padded.dtype == np.float16 else
+                          padded.view(np.uint32),
+                          pow2.view(np.uint16) if pow2.dtype == np.float16 else
+                          pow2.view(np.uint32))
+
+
+@pytest.mark.parametrize("hq,hkv,sq,gt,tiles_per_kv,old_per_kv", [
+    (28, 4, 1, 8, 1, 7),        # Qwen2.5-7B: group 7, one tile instead of seven
+    (40, 8, 1, 8, 1, 5),        # Qwen2.5-14B: group 5
+    (96, 8, 1, 16, 1, 3),       # Mistral-Large style: group 12 (former tiles of 4)
+    (71, 1, 1, 64, 2, 71),      # Falcon-7B MQA: two tiles of 64 instead of 71 of 1
+    (32, 8, 1, 4, 1, 1),        # a power of two: unchanged
+])
+def test_k_v_read_once_per_tile(hq, hkv, sq, gt, tiles_per_kv, old_per_kv):
+    """The split kernel's grid: one block per (head tile, query tile, split, batch), each
+    reading its kv head's K/V; tiles of a kv head = cdiv(group, GT)."""
+    assert row_tiles(hq, hkv, sq, 64)[0] == gt
+    assert head_tiles(hq, hkv, gt) == hkv * tiles_per_kv
+    old_gt = row_tiles(hq, hkv, sq, 64, pad=False)[0]
+    assert head_tiles(hq, hkv, old_gt) == hkv * old_per_kv
+    q = np.zeros((1, sq, hq, 64), np.float16)
+    k = np.zeros((1, 256, hkv, 64), np.float16)
+    lens = np.full(1, 256, np.int32)
+    out = np.zeros((1, sq, hq, 64), np.float16)
+    (split, *_) = plan_decode(q, k, k, lens, out, num_splits=1)
+    assert split.grid == (hkv * tiles_per_kv, 1, 1)
+    padded = (hq // hkv) % gt != 0
+    assert split.args[-4] is padded     # PAD: the args end (..., PAD, KT_FORM, LAT, AHEAD)
+
+
+def test_group_pad_knob_is_checked():
+    q = np.zeros((1, 1, 7, 64), np.float16)
+    k = np.zeros((1, 64, 1, 64), np.float16)
+    with pytest.raises(ValueError, match="GROUP_PAD"):
+        plan_decode(q, k, k, np.full(1, 64, np.int32), np.zeros_like(q),
+                    tiles={"GROUP_PAD": 2})
