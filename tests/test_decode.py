@@ -129,7 +129,8 @@ def test_row_tiles_and_split_choice():
     assert row_tiles(32, 8, 1, 64) == (4, 4)        # GQA 4:1: 4 heads x 4 padded rows
     assert row_tiles(32, 32, 1, 64) == (1, 16)      # MHA: rows padded to 16
     assert row_tiles(32, 1, 4, 64) == (32, 2)       # MQA, Sq=4: two query tiles
-    assert row_tiles(12, 2, 1, 64) == (2, 8)        # group of 6: tiles of 2 heads
+    assert row_tiles(12, 2, 1, 64) == (8, 2)        # group of 6: one padded tile of 8
+    assert row_tiles(12, 2, 1, 64, pad=False) == (2, 8)   # former: 3 tiles of 2 heads
     kw = dict(partial_bytes=32 * 130 * 4)
     # one wave of blocks, rounded down (H100 run 1 of results/decode-h100-2026-11-24d):
     # enough blocks already (64 x 32 heads, 8k keys; or 256 blocks: 3030 vs 2974 GB/s
@@ -247,9 +248,11 @@ def test_spak_sim_family_cli(capsys):
     rc = main(["sim", "--family", "fmha_decode", "--shapes", "2x8:2x40x64/lens=40:9",
                "--dtype", "fp16"])
     assert rc == 0, capsys.readouterr()
-    # every kernel of the family: the split kernel as planned and its two keys-in-M forms
+    # every kernel of the family: the split kernel as planned, its two keys-in-M forms and
+    # the former GQA row tiling (splitkv_pow2)
     out = capsys.readouterr().out
-    assert "3/3 cases passed" in out and "splitkv_keys_vt 1/1" in out
+    assert "4/4 cases passed" in out and "splitkv_keys_vt 1/1" in out
+    assert "splitkv_pow2 1/1" in out
 
 
 def test_bytes_moved_counts_each_sequence():
