@@ -13,7 +13,9 @@ the cache capacity, plus qualifiers for the cache:
            splits=N (key splits; default: chosen from the shape and the SM count) |
            qlens=Q1:Q2:... (a packed variable-length batch, prefill: sequence b has Qb
            queries, each <= Sq, against its lens[b] keys; the varlen kernel,
-           spak.fmha_varlen; no cache, page or split qualifier)
+           spak.fmha_varlen; no cache, page or split qualifier) |
+           ragged (lengths from Sk down to Sk/4, decode_models.ragged_lens) |
+           model=NAME (the served model the row stands for; a label, no effect)
 
     1x32:8x1:4096x128             B=1, GQA 4:1, one query against 4096 cached keys
     2x8:1x4:77x64/causal/page16/lens=77:5    MQA, 4 queries, paged, ragged lengths
@@ -35,6 +37,7 @@ from spak.attention.problems import check_sizes
 from spak.core.errors import ShapeError
 from spak.core.metrics import gate_for, round_to_bf16
 from spak.families.base import KernelFamily
+from spak.families.decode_models import models_set, models_small
 
 __all__ = ["DecodeProblem", "FmhaDecode", "FAMILY", "parse_problem", "SHAPE_SETS",
            "GRAMMAR_HELP", "decode_attention_f64"]
@@ -56,6 +59,8 @@ shape grammar (fmha_decode):  B x HEADS x SEQ x D [/QUAL ...]
          splits=N        key splits (default: from the shape and the SM count)
          qlens=Q1:Q2:... a packed varlen batch (prefill): Qb queries of sequence b
                          (B values in [0, Sq]) against lens keys; the varlen kernel
+         ragged          lengths from Sk down to Sk/4 (sequence 0 full), without listing them
+         model=NAME      the served model the shape stands for (a label in the rows)
   e.g.   1x32:8x4096x128   2x8:1x4:77x64/causal/page16/lens=77:5
          3x8:2x40:60x64/causal/qlens=5:0:40/lens=7:3:60
 named sets: {sets}"""
@@ -76,6 +81,8 @@ class DecodeProblem:
     lens: Optional[tuple[int, ...]] = None     # None: every sequence holds Sk keys
     splits: Optional[int] = None               # None: gpu.plan_decode.choose_num_splits
     qlens: Optional[tuple[int, ...]] = None    # a packed varlen batch: queries per sequence
+    ragged: bool = False                       # lens None: decode_models.ragged_lens
+    model: Optional[str] = None                # the served model it stands for (a label)
 
     def __post_init__(self):
         check_sizes(self)
@@ -107,7 +114,12 @@ class DecodeProblem:
 
     @property
     def seq_lens(self) -> tuple[int, ...]:
-        return self.lens if self.lens is not None else (self.Sk,) * self.B
+        if self.lens is not None:
+            return self.lens
+        if self.ragged:
+            from spak.families.decode_models import ragged_lens
+            return ragged_lens(self.B, self.Sk)
+        return (self.Sk,) * self.B
 
     @property
     def label(self) -> str:
@@ -121,8 +133,12 @@ class DecodeProblem:
             q.append("qlens=" + ":".join(map(str, self.qlens)))
         if self.lens is not None:
             q.append("lens=" + ":".join(map(str, self.lens)))
+        elif self.ragged:
+            q.append("ragged")
         if self.splits is not None:
             q.append(f"splits={self.splits}")
+        if self.model:
+            q.append(f"model={self.model}")
         return q
 
     @property
@@ -175,9 +191,14 @@ def _qualifier(text, q, fields, fixed):
         fields["splits"] = int(q[7:])
     elif re.fullmatch(r"qlens=\d+(:\d+)*", q):
         fields["qlens"] = tuple(int(n) for n in q[6:].split(":"))
+    elif q == "ragged":
+        fields["ragged"] = True
+    elif re.fullmatch(r"model=[a-z0-9][a-z0-9._-]*", q):
+        fields["model"] = q[6:]
     else:
         raise ShapeError(f"{text!r}: unknown qualifier {q!r}; expected fp16, bf16, causal, "
-                         f"noncausal, pageN, lens=L1:L2:..., splits=N, qlens=Q1:Q2:...")
+                         f"noncausal, pageN, lens=L1:L2:..., splits=N, qlens=Q1:Q2:..., "
+                         f"ragged, model=NAME")
 
 
 def parse_problem(text: str) -> DecodeProblem:
@@ -246,6 +267,10 @@ SHAPE_SETS: dict[str, list[str]] = {
         "1x71:1x3:30x32/causal/lens=30",                    # 71, Sq 3
     ],
     "bench": _bench(),
+    # served models' head configurations (spak/families/decode_models.py: the configs, how
+    # the sample was chosen); "models-small" a quick subset of 14
+    "models": models_set(),
+    "models-small": models_small(),
     "varlen": [
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
         "4x8:2x40:60x64/qlens=5:0:1:40/lens=7:3:0:60",
