@@ -78,3 +78,20 @@ def test_group_pad_knob_is_checked():
     with pytest.raises(ValueError, match="GROUP_PAD"):
         plan_decode(q, k, k, np.full(1, 64, np.int32), np.zeros_like(q),
                     tiles={"GROUP_PAD": 2})
+
+
+def test_kvcache_backward_says_inference_only():
+    """An input that requires grad: the forward runs, a backward gets SPAK's own error
+    (spak.kvcache.INFERENCE_ONLY), not torch's "no autograd formula was registered"."""
+    import torch
+    import spak.kvcache as kv
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2, 1, 8, 64, dtype=torch.float16, requires_grad=True)
+        k = torch.empty(2, 16, 2, 64, dtype=torch.float16)
+        out = torch.ops.spak.fmha_kvcache(q, k, k, torch.zeros(2, dtype=torch.int32), None,
+                                          False, 0.125, 0, 128, 64, 1, 0, -1, 0, 0)
+        assert out.requires_grad
+        with pytest.raises(RuntimeError, match="inference only"):
+            out.float().sum().backward()
+    assert "inference only" in kv.INFERENCE_ONLY

@@ -38,13 +38,20 @@ causal (speculative decoding), Sq 1 non-causal. Ragged lengths: the `ragged` qua
 (sequence b holds Sk - (b * 2654435761 mod 2^32) * (3 Sk / 4) / 2^32 keys: from Sk down
 to Sk / 4, sequence 0 full).
 
+"models-sweep": one shape per tuned-store key the models reach, (D, group) x Sq {1, 4} x
+{contiguous, 64-key pages} (the store files fmha_decode configs under dtype, D, group, Sq,
+paged; dtype open): 13 head configurations x 4 = 52 shapes at batch 8 and 16k keys, each
+named by the first model of its configuration. What `spak sweep --family fmha_decode
+--shapes models-sweep` tunes.
+
 "models-small": 14 shapes for quick GPU runs, picked by hand to cover every group size
 (1, 2, 4, 5, 7, 8, 12, 16, 71), D 64 / 96 / 128 / 256, every layout, ragged lengths, Sq 4,
 batches 1-128 and caches 4k-64k.
 """
 from __future__ import annotations
 
-__all__ = ["MODELS", "MAX_KV_BYTES", "models_set", "models_small", "ragged_lens"]
+__all__ = ["MODELS", "MAX_KV_BYTES", "models_set", "models_small", "models_sweep",
+           "ragged_lens"]
 
 #: name -> (Hq, Hkv, D), from the published configs (module docstring)
 MODELS: dict[str, tuple[int, int, int]] = {
@@ -96,6 +103,15 @@ def models_set() -> list[str]:
             layout, ragged, sq = _ROTATION[(m_i + c_i) % len(_ROTATION)]
             out.append(_shape(model, b, s, layout, ragged, sq))
     return out
+
+
+def models_sweep() -> list[str]:
+    """One shape per (D, group, Sq, paged) store key of the models (module docstring)."""
+    first: dict = {}
+    for model, (hq, hkv, d) in MODELS.items():
+        first.setdefault((d, hq // hkv), model)
+    return [_shape(model, 8, 16384, layout, False, sq) for model in first.values()
+            for sq in (1, 4) for layout in ("", "/page64")]
 
 
 def models_small() -> list[str]:

@@ -37,7 +37,7 @@ from spak.attention.problems import check_sizes
 from spak.core.errors import ShapeError
 from spak.core.metrics import gate_for, round_to_bf16
 from spak.families.base import KernelFamily
-from spak.families.decode_models import models_set, models_small
+from spak.families.decode_models import models_set, models_small, models_sweep
 
 __all__ = ["DecodeProblem", "FmhaDecode", "FAMILY", "parse_problem", "SHAPE_SETS",
            "GRAMMAR_HELP", "decode_attention_f64"]
@@ -271,6 +271,7 @@ SHAPE_SETS: dict[str, list[str]] = {
     # the sample was chosen); "models-small" a quick subset of 14
     "models": models_set(),
     "models-small": models_small(),
+    "models-sweep": models_sweep(),
     "varlen": [
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
         "4x8:2x40:60x64/qlens=5:0:1:40/lens=7:3:0:60",
@@ -370,6 +371,7 @@ class FmhaDecode(KernelFamily):
     sweep_plan = "plans/fmha_decode.toml"
     sweep_peers = ("sdpa-cudnn", "sdpa-flash")
     sweep_shapes = ("bench",)
+    run_shapes = ("models-small",)
 
     def knob_keys(self) -> tuple[str, ...]:
         """KT_FORM (gpu.plan_decode.KT_FORMS: 0 rows, 1 keys, 2 keys_vt in the tensor
