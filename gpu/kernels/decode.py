@@ -17,9 +17,15 @@ ROWS = SQ_T * GT rows share every K/V tile it loads, so K/V is read once per
 (kv head, split) instead of once per query head and row (GQA packing). Row r is query
 r // GT, head h0 + r % GT. Where GT divides the group (Hq/Hkv), h0 = t*GT and the rows
 are exactly the [1, SQ_T, GT, D] box of Q, reshaped. Else (PAD: a group of 5, 7, 12, 71
-heads) the group is covered by cdiv(group, GT) tiles whose last one is padded: Q rows are
-gathered (rows past the group's heads masked to zero) and results scattered with the same
-mask, so a kv head's K/V is read cdiv(group, GT) times, not once per power-of-two piece.
+heads) the group is covered by cdiv(group, GT) tiles whose last one is padded, so a kv head's K/V is read cdiv(group, GT)
+times a split, not once per power-of-two piece. Q is one box at head h0 through the
+launch's descriptor with element steps along the heads (the padding rows read the next
+group's queries, harmless: their results are never stored); Out / Acc are stored through a
+view that ends at the tile's last head (Array.slice), so the padding rows fall outside it;
+m and l are scattered with a mask. sm_90 (tileiras 13.4, group 7, D 128): these keep the
+split kernel at 256 threads x 255 registers and 8 bytes of stack (rows form) as for a
+power-of-two group, where scattering the [ROWS, Dv] results took 384 threads x 168
+registers and 272 bytes of stack (704 in the keys form at Sq 3).
 
 Splits: the block's key tiles are cut into num_blocks(1) equal runs, computed from the
 sequence's own length on the device (so a short sequence in a large cache still spreads
@@ -84,7 +90,7 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
     split = ct.bid(1)
     b = ct.bid(2)
     L = _seq_len(Lens, BT, K, b, PAGE)
-    q = _load_q(Q, b, qt, t, h0, nh, SQ_T, GT, HEAD_DIM, PAD)
+    q = _load_q(Q, b, qt, t, h0, SQ_T, GT, HEAD_DIM, PAD)
     if KT_FORM == 0:
         m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
                                 Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
@@ -101,15 +107,17 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                 b, qt, t, h0, nh, split, SQ_T, GT, HEAD_DIM_V, SPLIT, PAD)
 
 
-def _load_q(Q, b, qt, t, h0, nh, SQ_T, GT, HEAD_DIM, PAD):
-    """The block's query rows [SQ_T * GT, D tile]: one box where GT divides the group;
-    else gathered, rows past the tile's nh heads of its group (PAD) zero."""
+def _load_q(Q, b, qt, t, h0, SQ_T, GT, HEAD_DIM, PAD):
+    """The block's query rows [SQ_T * GT, D tile]: one box of Q (PAD: at head h0)."""
     if not PAD:
         return ct.load(Q, index=(b, qt, t, 0), shape=(1, SQ_T, GT, HEAD_DIM),
                        padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
-    q_idx, h_idx, keep = _row_index(qt, h0, nh, SQ_T, GT, True)
-    d = ct.arange(HEAD_DIM, dtype=ct.int32)[None, :]
-    return ct.gather(Q, (b, q_idx[:, None], h_idx[:, None], d), mask=keep[:, None])
+    # a box at head h0 through the launch's descriptor (element steps along the heads):
+    # rows past the group read the next kv head's queries (or zeros past the array);
+    # their results are never stored
+    view = Q.tiled_view((1, SQ_T, GT, HEAD_DIM), traversal_steps=(1, SQ_T, 1, HEAD_DIM),
+                        padding_mode=ct.PaddingMode.ZERO)
+    return view.load((b, qt, h0, 0)).reshape((SQ_T * GT, HEAD_DIM))
 
 
 def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, h0, nh, split, SQ_T, GT, HEAD_DIM_V,
@@ -126,9 +134,9 @@ def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, h0, nh, split, SQ_T, GT, 
         ct.scatter(Mx, (b, q_idx, h_idx, split), m_i.reshape((ROWS,)), mask=keep)
         ct.scatter(Lx, (b, q_idx, h_idx, split), l_i.reshape((ROWS,)), mask=keep)
         if PAD:
-            d = split * HEAD_DIM_V + ct.arange(HEAD_DIM_V, dtype=ct.int32)[None, :]
-            ct.scatter(Acc, (b, q_idx[:, None], h_idx[:, None], d), acc,
-                       mask=keep[:, None])
+            # a view that ends at the tile's last head: the padding rows fall outside it
+            ct.store(Acc.slice(2, h0, h0 + nh), index=(b, qt, 0, split),
+                     tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
         else:
             ct.store(Acc, index=(b, qt, t, split),
                      tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
@@ -455,9 +463,9 @@ def _store_out(Out, acc, l_i, b, qt, t, h0, nh, SQ_T, GT, HEAD_DIM_V, PAD):
     dropped by the bounds-checked store; PAD: rows past the tile's heads are masked."""
     out = _normalise(acc, l_i).astype(Out.dtype)
     if PAD:
-        q_idx, h_idx, keep = _row_index(qt, h0, nh, SQ_T, GT, True)
-        d = ct.arange(HEAD_DIM_V, dtype=ct.int32)[None, :]
-        ct.scatter(Out, (b, q_idx[:, None], h_idx[:, None], d), out, mask=keep[:, None])
+        # a view that ends at the tile's last head: the padding rows fall outside it
+        ct.store(Out.slice(2, h0, h0 + nh), index=(b, qt, 0, 0),
+                 tile=out.reshape((1, SQ_T, GT, HEAD_DIM_V)))
     else:
         ct.store(Out, index=(b, qt, t, 0), tile=out.reshape((1, SQ_T, GT, HEAD_DIM_V)))
 
