@@ -119,6 +119,24 @@ def goal_grid(forms: bool = False) -> list[dict]:
     return cases
 
 
+def models_grid(dtypes=("fp16", "bf16")) -> list[dict]:
+    """The fmha_decode family's "models-small" set (issue 33: served models' head
+    configurations), every sequence at full length (this bench times equal lengths only;
+    `spak run --shapes models-small` times the ragged ones): spak.fmha_kvcache beside
+    SDPA and, where Sq = 1 on a contiguous cache, TileGym's decode."""
+    from spak.families.fmha_decode import FAMILY
+    cases, seen = [], set()
+    for p in FAMILY.select(["models-small"], dtype="fp16"):
+        key = (p.B, p.Hq, p.Hkv, p.Sq, p.Sk, p.D, p.page)
+        if key in seen:
+            continue
+        seen.add(key)
+        for dt in dtypes:
+            cases.append(dict(B=p.B, Hq=p.Hq, Hkv=p.Hkv, Sq=p.Sq, Sk=p.Sk, D=p.D,
+                              page=p.page, dtype=dt, model=p.model))
+    return cases
+
+
 #: the split kernel's KT_FORM (rows or keys in the tensor cores' M) as timing knobs
 FORM_KNOBS = {"kt0": {"tiles": {"KT_FORM": 0}}, "kt1": {"tiles": {"KT_FORM": 1}},
               "kt2": {"tiles": {"KT_FORM": 2}},
@@ -1326,6 +1344,7 @@ def main(argv=None) -> int:
     ap.add_argument("--few-only", action="store_true",
                     help="with --few-checks: FEW_CHECKS alone")
     ap.add_argument("--grid", choices=("full", "focus", "tune", "goal", "r18d", "goal_prev",
+                                       "models",
                                        "recheck", "goal_rep", "goal_ahead", "r27", "r27b", "r27c",
                                        "none", "goal_bf16"),
                     default="full", help="decode shapes to time (none: only --varlen's)")
@@ -1360,7 +1379,7 @@ def main(argv=None) -> int:
             "goal_prev": goal_prev_grid, "recheck": recheck_grid, "goal_rep": goal_rep_grid,
             "goal_ahead": goal_ahead_grid, "r27": r27_grid, "r27b": r27b_grid,
             "r27c": r27c_grid, "none": lambda: [], "goal_bf16": goal_bf16_grid,
-            "goal": lambda: goal_grid(args.forms)}.get(
+            "goal": lambda: goal_grid(args.forms), "models": models_grid}.get(
         args.grid, lambda: timing_grid(args.quick))()
     extra_checks = [] if args.few_only else CTA_CHECKS if args.new_checks else (
         CTA_CHECKS + MODE_CHECKS + FORM_CHECKS + (OCC_CHECKS if args.few_checks else []))
