@@ -13,7 +13,10 @@ VARIANTS = [(0, 1, (32, 8), False, None), (16, 4, (8, 1), True, None),
             (16, 1, (8, 2), False, {"PAGE_MODE": 1}),
             # page ids one key tile ahead (PAGE_AHEAD auto): tiles inside 256-key pages in
             # the rows form (GQA, and MQA since keys_vt is kept for gathered tiles)
-            (256, 1, (32, 8), False, None), (256, 1, (32, 1), False, None)]
+            (256, 1, (32, 8), False, None), (256, 1, (32, 1), False, None),
+            # padded GQA tiles (issue 33): a group of 7 in one tile of 8 (rows form), and
+            # Falcon-7B's 71 in two tiles of 64 (keys_vt, 16-key pages, Sq 3)
+            (0, 1, (28, 4), False, None), (16, 3, (71, 1), True, {"KT_FORM": 2})]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])

@@ -499,15 +499,16 @@ class FmhaDecode(KernelFamily):
 
     def compile_variant(self, item) -> dict:
         """Every kernel of the family for (arch, dtype, head_dim, causal): split and combine
-        on a contiguous cache (GQA 4:1, decode) and on a 16-key paged one (MQA, 4 queries:
-        several pages a tile), and the varlen kernel. One result, its kernels listed."""
+        on a contiguous cache (GQA 4:1, decode: whole head tiles) and on a 16-key paged one
+        (a group of 7 over one kv head, 4 queries: a padded head tile of 8, several pages a
+        tile), and the varlen kernel. One result, its kernels listed."""
         from spak.gpu.compile_decode import compile_decode_variant
         common = dict(arch=item["arch"], dtype=item["dtype"], head_dim=item["head_dim"],
                       causal=item["causal"],
                       tiles=_form_tiles(item.get("kernel"), _tiles(item.get("tiles"))),
                       hints=item.get("hints"))
         parts = [compile_decode_variant(**common),
-                 compile_decode_variant(**common, page=16, seq_q=4, heads=(8, 1)),
+                 compile_decode_variant(**common, page=16, seq_q=4, heads=(7, 1)),
                  compile_decode_variant(**{**common, "tiles": None}, kernel="varlen")]
         bad = [r["error"] for r in parts if not r["ok"]]
         return {"ok": not bad, "error": bad[0] if bad else None,
