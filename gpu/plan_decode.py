@@ -170,24 +170,36 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
 
 def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int,
               pad: bool = True) -> tuple[int, int]:
-    """(GT, SQ_T): query heads and query positions per block.
+    """(GT, SQ_T): query heads and query positions per block (powers of two).
 
-    pad (tiles["GROUP_PAD"], the default): the group (Hq/Hkv heads) is cut into the fewest
-    blocks of at most max_rows heads, cdiv(group, max_rows), and GT is the power of two
-    covering one such share: a group of 7 -> GT 8 (one block, one masked row a query),
-    12 -> 16, 71 -> 64 at max_rows 64 (two blocks) or 128 at 128 (one). A group that is a
-    power of two gets GT = min(group, max_rows) either way. pad False: GT is the largest
-    power of two dividing the group (the former rule: a group of 6 heads takes 3 blocks of
-    2, of 7 seven of 1), capped at max_rows. SQ_T covers Sq (a power of two), between
+    pad (tiles["GROUP_PAD"], the default): the tiling with the fewest blocks per kv head,
+    cdiv(group, GT) x cdiv(Sq, SQ_T) (each reads the kv head's K/V once a split), the
+    group's last tile padded with masked rows where GT does not divide it; ties go to the
+    larger GT. A group of 7 -> GT 8 (one block); 12 -> 16; 71 at Sq 1 -> two tiles of 64
+    (one of 128 at max_rows 128); 71 at Sq 4 -> 16 heads x 4 queries (5 blocks, not
+    2 x 4 of 64 x 1). A power-of-two group gets the former tiling. pad False: GT is the
+    largest power of two dividing the group (the former rule: a group of 6 heads takes 3
+    blocks of 2, of 7 seven of 1), capped at max_rows. SQ_T covers Sq, between
     MIN_ROWS / GT (tensor-core M) and max_rows / GT (registers)."""
     group = num_q_heads // num_kv_heads
-    if pad:
-        share = -(-group // -(-group // max_rows)) if group else 1
-        gt = min(1 << max(share - 1, 0).bit_length(), max_rows)
-    else:
+
+    def sq_tile(gt):
+        return min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt),
+                   max(max_rows // gt, 1))
+    if not pad:
         gt = min(group & -group, max_rows)
-    sq_t = min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt), max(max_rows // gt, 1))
-    return gt, sq_t
+        return gt, sq_tile(gt)
+    best = None
+    gt = 1
+    while gt <= max(max_rows, 1):
+        sq_t = sq_tile(gt)
+        key = (-(-group // gt) * -(-seq_q // sq_t), -gt)
+        if best is None or key < best[0]:
+            best = (key, gt, sq_t)
+        if gt >= group:                       # larger tiles only add padding
+            break
+        gt *= 2
+    return best[1], best[2]
 
 
 def head_tiles(num_q_heads: int, num_kv_heads: int, gt: int) -> int:
