@@ -95,3 +95,42 @@ def test_kvcache_backward_says_inference_only():
         with pytest.raises(RuntimeError, match="inference only"):
             out.float().sum().backward()
     assert "inference only" in kv.INFERENCE_ONLY
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_varlen_bad_offsets_stay_inside_the_tensors(whole):
+    """cu_seqlens past the packed length, decreasing, or with runs longer than max_seqlen:
+    the varlen kernel clamps them on the device, so the simulator (which raises for a
+    box outside an array beyond its padding, and for an element two blocks write) runs it
+    through; a good run beside them is still right."""
+    from spak import sim
+    import cuda.tile as ct
+    from spak.gpu.plan_decode import plan_varlen
+    from spak.attention.kvcache_ref import varlen_attention_f64
+    rng = np.random.default_rng(7)
+    B, max_q = 2, 64
+    total = B * max_q if whole else 100           # whole: the WHOLE form (no ragged paths)
+    q, k, v = (rng.standard_normal((total, 4, 64)).astype(np.float16) for _ in range(3))
+    cu_q = np.array([0, 64, 300], np.int32)       # ends past the packed length
+    cu_k = np.array([0, 64, 20], np.int32)        # decreases
+    out = np.full((total, 4, 64), np.nan, np.float16)
+    arrs = [sim.SimArray(x.copy(), ct.float16) for x in (q, k, v)]
+    o = sim.SimArray(out, ct.float16)
+    (L,) = plan_varlen(*arrs, cu_q, cu_k, o, max_seqlen_q=max_q, max_seqlen_k=max_q,
+                       tiles={"TILE_M": 64, "TILE_N": 64})
+    assert L.args[-1] is whole
+    sim.launch(L.kernel, L.grid, L.args)
+    ref = varlen_attention_f64(q[:64], k[:64], v[:64], np.array([0, 64], np.int32),
+                               np.array([0, 64], np.int32), causal=False)
+    assert rel_l2(o.data[:64], ref) <= 1e-3       # sequence 0 is well formed
+
+
+def test_check_cu_seqlens_names_the_problem():
+    from spak.varlen import check_cu_seqlens
+    check_cu_seqlens([0, 30, 40], [0, 50, 60], 40, 60, 30, 50)          # good: no error
+    for args, words in [(([3, 40], [0, 60], 40, 60, 64, 64), "cu_seqlens_q must start at 0"),
+                        (([0, 40], [0, 50, 20], 40, 20, 64, 64), "must not decrease"),
+                        (([0, 70], [0, 60], 40, 60, 80, 64), "end at the packed length 40"),
+                        (([0, 40], [0, 60], 40, 60, 64, 50), "more than max_seqlen \\(50\\)")]:
+        with pytest.raises(ValueError, match=words):
+            check_cu_seqlens(*args)
