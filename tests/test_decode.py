@@ -326,22 +326,31 @@ def sim_launch(monkeypatch):
     monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
 
 
-@pytest.mark.parametrize("case", ["2x8:2x3:100x64/causal/page16/lens=100:40/fp16",
-                                  "2x16:2x90x64/lens=90:7/fp16"])
-def test_gpu_loop_methods_on_the_simulator(sim_launch, case):
+@pytest.mark.parametrize("case, kernel, work", [
+    ("2x8:2x3:100x64/causal/page16/lens=100:40/fp16", "splitkv", 1 << 29),
+    ("2x16:2x90x64/lens=90:7/fp16", "splitkv", 1 << 29),
+    # padded GQA tiles (issue 33): a group of 7 (kv head 0's whole group simulated), and
+    # 71 heads at Sq 3 cut to one tile of 16 heads by a small work budget
+    ("2x14:2x90x64/page16/lens=90:7/fp16", "splitkv", 1 << 29),
+    ("2x71:1x3:40x32/causal/lens=40:17/fp16", "splitkv", 1 << 12),
+    ("2x14:2x90x64/page16/lens=90:7/fp16", "splitkv_pow2", 1 << 29)])
+def test_gpu_loop_methods_on_the_simulator(sim_launch, case, kernel, work):
     from spak.device import agreement
     p = FAMILY.parse(case)
     x = FAMILY.gpu_inputs(p, 0, 0, "cpu")
     assert torch.isnan(x["k_cache"]).any() and not torch.isnan(x["q"]).any()   # dead slots
-    config = {**FAMILY.gpu_config("splitkv", p, "cpu"), "num_splits": 3}
-    call = FAMILY.gpu_call("splitkv", p, x, config)
+    config = {**FAMILY.gpu_config(kernel, p, "cpu"), "num_splits": 3}
+    call = FAMILY.gpu_call(kernel, p, x, config)
     assert torch.isnan(call.outputs["out"]).all()                              # poisoned
     call()
     row = FAMILY.gpu_check(p, x, call.outputs, FAMILY.gpu_reference(p, x))
     assert row["passed"] and row["nonfinite"] == 0, row
-    res = agreement.agreement(FAMILY, "splitkv", p, x, call.outputs, config, model="sm_90")
+    res = agreement.agreement(FAMILY, kernel, p, x, call.outputs, config, model="sm_90",
+                              work=work)
     assert res["fraction_bit_identical"] == 1.0, res
     assert ("kv head 0" in res["slice"]) and res["elements"] > 0
+    if p.Hq == 71:                          # cut to one padded tile's heads (GT 16)
+        assert "heads 0-15" in res["slice"], res["slice"]
 
 
 def test_gpu_reference_matches_the_numpy_one():

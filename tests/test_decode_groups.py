@@ -134,3 +134,32 @@ def test_check_cu_seqlens_names_the_problem():
                         (([0, 40], [0, 60], 40, 60, 64, 50), "more than max_seqlen \\(50\\)")]:
         with pytest.raises(ValueError, match=words):
             check_cu_seqlens(*args)
+
+
+def test_model_sets_and_qualifiers():
+    """`--shapes models`: every model of decode_models.MODELS, every layout and both
+    length patterns and query counts, K+V within MAX_KV_BYTES, each row naming its model;
+    models-small covers every group size; `ragged` and `model=` round-trip."""
+    from spak.families.decode_models import MAX_KV_BYTES, MODELS, ragged_lens
+    ps = FAMILY.select(["models"], dtype="fp16")
+    assert {p.model for p in ps} == set(MODELS)
+    assert {p.page for p in ps} == {0, 16, 64, 256} and {p.Sq for p in ps} == {1, 4}
+    assert {p.ragged for p in ps} == {False, True}
+    assert all(p.B * p.Sk * p.Hkv * 4 * p.D <= MAX_KV_BYTES for p in ps)
+    assert all((p.Hq, p.Hkv, p.D) == MODELS[p.model] for p in ps)
+    assert all(p.causal == (p.Sq > 1) for p in ps)
+    small = FAMILY.select(["models-small"], dtype="fp16")
+    assert {p.Hq // p.Hkv for p in small} >= {1, 2, 4, 5, 6, 7, 8, 12, 16, 71}
+    assert {p.D for p in small} == {64, 96, 128, 256}
+    p = FAMILY.parse("3x28:4x1000x128/page16/ragged/model=qwen2.5-7b")
+    assert p.seq_lens == ragged_lens(3, 1000) and p.seq_lens[0] == 1000
+    assert all(250 <= n <= 1000 for n in ragged_lens(64, 1000))
+    assert FAMILY.parse(p.case_id) == p and "model=qwen2.5-7b" in p.display
+
+
+def test_spak_run_without_shapes_takes_the_family_sets(capsys):
+    from spak.cli import main
+    assert main(["run", "--family", "fmha_decode", "--list"]) == 0
+    out = capsys.readouterr().out.split()
+    assert len(out) == len(FAMILY.shape_sets["models-small"])
+    assert any("model=falcon-7b" in line for line in out)
