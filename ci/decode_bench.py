@@ -119,7 +119,7 @@ def goal_grid(forms: bool = False) -> list[dict]:
     return cases
 
 
-def models_grid(dtypes=("fp16", "bf16")) -> list[dict]:
+def models_grid(dtypes=("fp16",)) -> list[dict]:
     """The fmha_decode family's "models-small" set (issue 33: served models' head
     configurations), every sequence at full length (this bench times equal lengths only;
     `spak run --shapes models-small` times the ragged ones): spak.fmha_kvcache beside
