@@ -20,7 +20,7 @@ SIM_CASES = [
     "3x8:1x90x64/page16/lens=1:90:0",                      # MQA, lengths 1 and 0
     "2x4x4:100x64/causal/page16/lens=100:3/splits=2",      # MHA, Sq=4 > a length
     "2x8:2x120x128/page64/lens=120:65/splits=2",           # 64-key pages, mid-page end
-    "1x12:2x2:40x64/causal/page16/splits=2",               # group of 6: 3 tiles of 2
+    "1x12:2x2:40x64/causal/page16/splits=2",               # group of 6: a padded tile
     "3x8:2x20:30x64/causal/qlens=20:0:1/lens=30:5:0",      # varlen prefill, packed
 ]
 

@@ -231,6 +231,8 @@ SHAPE_SETS: dict[str, list[str]] = {
         "3x4x50x128/page64/lens=1:50:0/splits=2",            # MHA, lengths 1 and 0, mid-page
         "1x16:2x3:130x64/causal/splits=3",                   # GQA 8:1, Sq=3
         "2x12:2x90x64/page16/lens=90:33",                    # group of 6 (a padded tile)
+        "2x14:2x3:70x64/causal/page16/lens=70:0/splits=3",   # group 7, Sq 3 (padded)
+        "2x71:1x40x32/page16/lens=40:17/splits=2",           # Falcon-7B's 71: 2 tiles of 64
         # varlen prefill: runs of 0 and 1, more queries than keys, a run without keys
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
     ],
