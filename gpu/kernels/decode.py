@@ -17,8 +17,8 @@ ROWS = SQ_T * GT rows share every K/V tile it loads, so K/V is read once per
 (kv head, split) instead of once per query head and row (GQA packing). Row r is query
 r // GT, head h0 + r % GT. Where GT divides the group (Hq/Hkv), h0 = t*GT and the rows
 are exactly the [1, SQ_T, GT, D] box of Q, reshaped. Else (PAD: a group of 5, 7, 12, 71
-heads) the group is covered by cdiv(group, GT) tiles whose last one is padded, so a kv head's K/V is read cdiv(group, GT)
-times a split, not once per power-of-two piece. Q is one box at head h0 through the
+heads) the group is covered by cdiv(group, GT) tiles whose last one is padded, so a kv
+head's K/V is read cdiv(group, GT) times a split, not once per power-of-two piece. Q is one box at head h0 through the
 launch's descriptor with element steps along the heads (the padding rows read the next
 group's queries, harmless: their results are never stored); Out / Acc are stored through a
 view that ends at the tile's last head (Array.slice), so the padding rows fall outside it;
