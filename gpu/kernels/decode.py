@@ -18,10 +18,10 @@ ROWS = SQ_T * GT rows share every K/V tile it loads, so K/V is read once per
 r // GT, head h0 + r % GT. Where GT divides the group (Hq/Hkv), h0 = t*GT and the rows
 are exactly the [1, SQ_T, GT, D] box of Q, reshaped. Else (PAD: a group of 5, 7, 12, 71
 heads) the group is covered by cdiv(group, GT) tiles whose last one is padded, so a kv
-head's K/V is read cdiv(group, GT) times a split, not once per power-of-two piece. Q is one box at head h0 through the
-launch's descriptor with element steps along the heads (the padding rows read the next
-group's queries, harmless: their results are never stored); Out / Acc are stored through a
-view that ends at the tile's last head (Array.slice), so the padding rows fall outside it;
+head's K/V is read cdiv(group, GT) times a split, not once per power-of-two piece. Q is
+one box at head h0 through the launch's descriptor with element steps along the heads
+(the padding rows read the next group's queries, harmless: their results are never
+stored); Out / Acc are stored through a view that ends at the tile's last head (Array.slice), so the padding rows fall outside it;
 m and l are scattered with a mask. sm_90 (tileiras 13.4, group 7, D 128): these keep the
 split kernel at 256 threads x 255 registers and 8 bytes of stack (rows form) as for a
 power-of-two group, where scattering the [ROWS, Dv] results took 384 threads x 168
