@@ -21,11 +21,12 @@ heads) the group is covered by cdiv(group, GT) tiles whose last one is padded, s
 head's K/V is read cdiv(group, GT) times a split, not once per power-of-two piece. Q is
 one box at head h0 through the launch's descriptor with element steps along the heads
 (the padding rows read the next group's queries, harmless: their results are never
-stored); Out / Acc are stored through a view that ends at the tile's last head (Array.slice), so the padding rows fall outside it;
-m and l are scattered with a mask. sm_90 (tileiras 13.4, group 7, D 128): these keep the
-split kernel at 256 threads x 255 registers and 8 bytes of stack (rows form) as for a
-power-of-two group, where scattering the [ROWS, Dv] results took 384 threads x 168
-registers and 272 bytes of stack (704 in the keys form at Sq 3).
+stored); Out / Acc are stored through a view that ends at the tile's last head
+(Array.slice), so the padding rows fall outside it; m and l are scattered with a mask.
+sm_90 (tileiras 13.4, group 7, D 128): these keep the split kernel at 256 threads x 255
+registers and 8 bytes of stack (rows form) as for a power-of-two group, where scattering
+the [ROWS, Dv] results took 384 threads x 168 registers and 272 bytes of stack (704 in
+the keys form at Sq 3).
 
 Splits: the block's key tiles are cut into num_blocks(1) equal runs, computed from the
 sequence's own length on the device (so a short sequence in a large cache still spreads
