@@ -43,7 +43,7 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
 
 __all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
            "default_varlen_tiles",
-           "row_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
+           "row_tiles", "head_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
            "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
            "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
            "LAUNCH_NAMES"]
@@ -59,8 +59,13 @@ __all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
 #: PAGE_AHEAD (paged caches): 1 looks up each key tile's page ids one step ahead (the
 #: K/V loads of a step then wait on no block-table load), 0 in the step itself, -1
 #: (AHEAD_AUTO, the default) choose_page_ahead.
+#: GROUP_PAD (issue 33): 1 (the default) covers a GQA group that no power of two divides
+#: (5, 7, 12, 71 heads) with cdiv(group, GT) tiles of GT (a power of two) heads, the last
+#: one padded with masked rows, so each kv head's K/V is read cdiv(group, GT) times a
+#: split; 0 the former tiling, blocks of the largest power of two dividing the group (a
+#: group of 7: seven blocks, each reading the K/V), kept for same-run comparisons.
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-             "PAGE_AHEAD")
+             "PAGE_AHEAD", "GROUP_PAD")
 #: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
@@ -149,7 +154,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
             "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0,
-            "PAGE_AHEAD": AHEAD_AUTO}
+            "PAGE_AHEAD": AHEAD_AUTO, "GROUP_PAD": 1}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -163,16 +168,45 @@ def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = Fals
             "OCCUPANCY": 0, "NUM_CTAS": 0, "HEADS": VARLEN_HEADS[bool(causal)]}
 
 
-def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int) -> tuple[int, int]:
-    """(GT, SQ_T): query heads and query positions per block.
+def row_tiles(num_q_heads: int, num_kv_heads: int, seq_q: int, max_rows: int,
+              pad: bool = True) -> tuple[int, int]:
+    """(GT, SQ_T): query heads and query positions per block (powers of two).
 
-    GT is the largest power of two dividing the group size Hq/Hkv (tiles are powers of two;
-    a group of 6 heads takes 3 blocks of 2), capped at max_rows; SQ_T covers Sq (a power of
-    two), between MIN_ROWS / GT (tensor-core M) and max_rows / GT (registers)."""
+    pad (tiles["GROUP_PAD"], the default): the tiling with the fewest blocks per kv head,
+    cdiv(group, GT) x cdiv(Sq, SQ_T) (each reads the kv head's K/V once a split), the
+    group's last tile padded with masked rows where GT does not divide it; ties go to the
+    larger GT. A group of 7 -> GT 8 (one block); 12 -> 16; 71 at Sq 1 -> two tiles of 64
+    (one of 128 at max_rows 128); 71 at Sq 4 -> 16 heads x 4 queries (5 blocks, not
+    2 x 4 of 64 x 1). A power-of-two group gets the former tiling. pad False: GT is the
+    largest power of two dividing the group (the former rule: a group of 6 heads takes 3
+    blocks of 2, of 7 seven of 1), capped at max_rows. SQ_T covers Sq, between
+    MIN_ROWS / GT (tensor-core M) and max_rows / GT (registers)."""
     group = num_q_heads // num_kv_heads
-    gt = min(group & -group, max_rows)
-    sq_t = min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt), max(max_rows // gt, 1))
-    return gt, sq_t
+
+    def sq_tile(gt):
+        return min(max(1 << max(seq_q - 1, 0).bit_length(), MIN_ROWS // gt),
+                   max(max_rows // gt, 1))
+    if not pad:
+        gt = min(group & -group, max_rows)
+        return gt, sq_tile(gt)
+    best = None
+    gt = 1
+    while gt <= max(max_rows, 1):
+        sq_t = sq_tile(gt)
+        key = (-(-group // gt) * -(-seq_q // sq_t), -gt)
+        if best is None or key < best[0]:
+            best = (key, gt, sq_t)
+        if gt >= group:                       # larger tiles only add padding
+            break
+        gt *= 2
+    return best[1], best[2]
+
+
+def head_tiles(num_q_heads: int, num_kv_heads: int, gt: int) -> int:
+    """Head tiles of a launch: cdiv(group, GT) for each kv head (the last one padded where
+    GT does not divide the group)."""
+    group = num_q_heads // num_kv_heads
+    return num_kv_heads * -(-group // gt)
 
 
 def choose_kt_form(num_q_heads: int, num_kv_heads: int, seq_q: int, page: int,
@@ -232,13 +266,13 @@ def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: in
 
 def auto_splits(B: int, Hq: int, Hkv: int, Sq: int, capacity: int, tile_n: int,
                 max_rows: int, num_sms: int, head_dim: int = 128,
-                head_dim_v: Optional[int] = None, esize: int = 2) -> int:
+                head_dim_v: Optional[int] = None, esize: int = 2, pad: bool = True) -> int:
     """The split count plan_decode chooses when none is given (capacity: the cache's keys
-    per sequence, Sk_max or max_pages x page_size)."""
+    per sequence, Sk_max or max_pages x page_size; pad: tiles["GROUP_PAD"])."""
     dv = head_dim if head_dim_v is None else head_dim_v
-    gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
+    gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows, pad)
     q_tiles = -(-Sq // sq_t)
-    blocks = B * (Hq // gt) * q_tiles
+    blocks = B * head_tiles(Hq, Hkv, gt) * q_tiles
     return choose_num_splits(
         blocks, -(-capacity // tile_n), num_sms,
         kv_bytes=B * Hkv * capacity * (head_dim + dv) * esize,
@@ -275,7 +309,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     choose_kt_form), "NUM_CTAS": 0, 1, 2 or 4 (the split kernel's num_ctas hint, 0:
     none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": -1..1
     (paged: page ids looked up one key tile ahead, 1, or in the step, 0; -1 AHEAD_AUTO:
-    choose_page_ahead)};
+    choose_page_ahead), "GROUP_PAD": 0 or 1 (row_tiles: 1 pads a group no power of two
+    divides to whole tiles, 0 the former power-of-two split)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -285,13 +320,14 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form, ctas, lat, ahead = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form, ctas, lat, ahead, pad = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
     if B * Sq * Hq == 0:
         return []
-    gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows)
+    gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows, pad)
+    masked = (Hq // Hkv) % gt != 0           # the kernel's PAD form: masked padding rows
     if form == KT_AUTO:
         form = choose_kt_form(Hq, Hkv, Sq, page, tn)
     # only a paged cache has page ids to look up: contiguous plans keep one variant
@@ -299,8 +335,9 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         ahead = choose_page_ahead(page, tn, form, page_mode)
     else:
         ahead = bool(ahead) and page > 0
-    tiles_qh = (Hq // gt) * -(-Sq // sq_t)
-    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv)
+    tiles_qh = head_tiles(Hq, Hkv, gt) * -(-Sq // sq_t)
+    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv,
+                                       pad=pad)
     alloc = _resolve_alloc(alloc, q)
     bt = cache_seqlens if block_table is None else block_table   # never read when contiguous
     d_t, dv_t = _tile_width(D), _tile_width(Dv)
@@ -311,8 +348,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
         dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
         return [_launch(split_kernel, (tiles_qh, 1, B),
                         (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
-                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, form,
-                         lat, ahead),
+                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, masked,
+                         form, lat, ahead),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of
     # the same memory: [B * Sq, Hq, splits, Dv tile])
@@ -322,8 +359,8 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     splits_t, cdv = combine_tiles(splits, Dv)
     return [_launch(split_kernel, (tiles_qh, splits, B),
                     (q, k_cache, v_cache, cache_seqlens, bt, out, acc, mx, lx,
-                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, form, lat,
-                     ahead),
+                     scale, d_t, dv_t, sq_t, gt, tn, page, mode, True, causal, masked,
+                     form, lat, ahead),
                     "decode.split"),
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
@@ -465,7 +502,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int]:
+def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int, bool]:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -482,7 +519,8 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
-    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead
+    pad = bool(_check_int("tiles['GROUP_PAD']", t["GROUP_PAD"], 0, 1))
+    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pad
 
 
 def _resolve_alloc(alloc, q):

@@ -394,6 +394,22 @@ def _fake(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale, num
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v_cache.shape[3]))
 
 
+#: the error a backward through spak.fmha_kvcache raises (docs/errors.md)
+INFERENCE_ONLY = ("spak.fmha_kvcache is inference only: it has no backward, and q, k_cache "
+                  "or v_cache required grad. Call it under torch.no_grad() or "
+                  "torch.inference_mode(), or pass detached tensors; spak.fmha computes "
+                  "attention with gradients.")
+
+
+def _no_backward(ctx, grad_out):
+    raise RuntimeError(INFERENCE_ONLY)
+
+
+# a forward with inputs that require grad runs (its output requires grad); a backward
+# through it raises SPAK's own error instead of torch's "no autograd formula"
+_op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
+
+
 def _plain_eager(*tensors) -> bool:
     """Nothing watches or transforms the call (spak.api's test, plus the cache tensors):
     then the op's dispatch (~12 us of host time) is skipped."""
@@ -428,7 +444,8 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
             cfg["TILE_N"], cfg["MAX_ROWS"], cfg["PAGE_MODE"], cfg["OCCUPANCY"],
             cfg["KT_FORM"], cfg["NUM_CTAS"], cfg["LAT"], cfg["PAGE_AHEAD"])
     if not _plain_eager(q, k_cache, v_cache, cache_seqlens, block_table) or (
-            torch.is_grad_enabled() and q.requires_grad):
+            torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad
+                                         or v_cache.requires_grad)):
         return torch.ops.spak.fmha_kvcache(*args)    # compile, tracing, modes, autograd
     if key is not None:
         tail = args[5:]

@@ -10,8 +10,11 @@ CUDA tensors, in FlashAttention's varlen convention:
 * cu_seqlens_q, cu_seqlens_k: int32 (int64 converted) [B+1], ascending offsets from 0:
   sequence b owns rows cu_seqlens_q[b]:cu_seqlens_q[b+1] of q (and of the output) and
   cu_seqlens_k[b]:cu_seqlens_k[b+1] of k and v. Device data, not read on the host (that
-  would cost a sync): the kernel clamps the offsets to the arrays; a sequence of length 0
-  is allowed (a query run with no key gives zeros).
+  would cost a sync): the kernel clamps the offsets to the arrays (offsets past the packed
+  length, decreasing, or runs longer than max_seqlen never read or write outside q, k, v
+  and the output; such runs' rows are undefined); a sequence of length 0 is allowed (a
+  query run with no key gives zeros). `check_cu_seqlens(...)` checks them on the host
+  (a sync) where wanted.
 * max_seqlen_q, max_seqlen_k: ints >= 0, the longest runs (they size the launch, as in
   FlashAttention; rows of a query run past max_seqlen_q are left unwritten). Where
   total = B x max_seqlen for q and k and max_seqlen is a multiple of the tiles, every run
@@ -45,7 +48,7 @@ from spak.kvcache import INDEX_DTYPES, MAX_HEAD_DIM, Templates, _Const, launch_t
 from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
-__all__ = ["fmha_varlen", "validate_varlen", "launch_config"]
+__all__ = ["fmha_varlen", "validate_varlen", "launch_config", "check_cu_seqlens"]
 
 TILE_KEYS = ("TILE_M", "TILE_N")
 
@@ -260,3 +263,29 @@ def _memo_key(q, k, v, cu_q, cu_k, max_q, max_k, is_causal, scale, tiles):
                 cu_k.device, max_q, max_k, is_causal, scale, _store_version())
     except (AttributeError, RuntimeError):     # not tensors: validate_varlen() says why
         return None
+
+
+def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int,
+                     max_seqlen_q: int, max_seqlen_k: int) -> None:
+    """The optional host check of fmha_varlen's offsets (it reads them on the host: a
+    device sync, so fmha_varlen never calls it): each starts at 0, never decreases, ends
+    at its packed length (total_q = q.shape[0], total_k = k.shape[0]), and no run is
+    longer than its max_seqlen. Raises ValueError naming the offsets; returns None.
+    Without it the kernel clamps every offset into [0, total] (no access leaves the
+    tensors), and a bad run gives rows of no defined value, as in FlashAttention."""
+    for name, cu, total, longest in (("cu_seqlens_q", cu_seqlens_q, total_q, max_seqlen_q),
+                                     ("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k)):
+        off = [int(x) for x in (cu.tolist() if hasattr(cu, "tolist") else cu)]
+        if not off or off[0] != 0:
+            raise ValueError(f"{name} must start at 0, got {off[:1]}")
+        runs = [b - a for a, b in zip(off, off[1:])]
+        bad = next((i for i, n in enumerate(runs) if n < 0), None)
+        if bad is not None:
+            raise ValueError(f"{name} must not decrease, got {off[bad]} then {off[bad + 1]} "
+                             f"at sequence {bad}")
+        if off[-1] != total:
+            raise ValueError(f"{name} must end at the packed length {total}, got {off[-1]}")
+        if runs and max(runs) > longest:
+            i = runs.index(max(runs))
+            raise ValueError(f"{name}: sequence {i} has {runs[i]} rows, more than "
+                             f"max_seqlen ({longest})")

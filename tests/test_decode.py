@@ -20,7 +20,7 @@ SIM_CASES = [
     "3x8:1x90x64/page16/lens=1:90:0",                      # MQA, lengths 1 and 0
     "2x4x4:100x64/causal/page16/lens=100:3/splits=2",      # MHA, Sq=4 > a length
     "2x8:2x120x128/page64/lens=120:65/splits=2",           # 64-key pages, mid-page end
-    "1x12:2x2:40x64/causal/page16/splits=2",               # group of 6: 3 tiles of 2
+    "1x12:2x2:40x64/causal/page16/splits=2",               # group of 6: a padded tile
     "3x8:2x20:30x64/causal/qlens=20:0:1/lens=30:5:0",      # varlen prefill, packed
 ]
 
@@ -129,7 +129,8 @@ def test_row_tiles_and_split_choice():
     assert row_tiles(32, 8, 1, 64) == (4, 4)        # GQA 4:1: 4 heads x 4 padded rows
     assert row_tiles(32, 32, 1, 64) == (1, 16)      # MHA: rows padded to 16
     assert row_tiles(32, 1, 4, 64) == (32, 2)       # MQA, Sq=4: two query tiles
-    assert row_tiles(12, 2, 1, 64) == (2, 8)        # group of 6: tiles of 2 heads
+    assert row_tiles(12, 2, 1, 64) == (8, 2)        # group of 6: one padded tile of 8
+    assert row_tiles(12, 2, 1, 64, pad=False) == (2, 8)   # former: 3 tiles of 2 heads
     kw = dict(partial_bytes=32 * 130 * 4)
     # one wave of blocks, rounded down (H100 run 1 of results/decode-h100-2026-11-24d):
     # enough blocks already (64 x 32 heads, 8k keys; or 256 blocks: 3030 vs 2974 GB/s
@@ -247,9 +248,11 @@ def test_spak_sim_family_cli(capsys):
     rc = main(["sim", "--family", "fmha_decode", "--shapes", "2x8:2x40x64/lens=40:9",
                "--dtype", "fp16"])
     assert rc == 0, capsys.readouterr()
-    # every kernel of the family: the split kernel as planned and its two keys-in-M forms
+    # every kernel of the family: the split kernel as planned, its two keys-in-M forms and
+    # the former GQA row tiling (splitkv_pow2)
     out = capsys.readouterr().out
-    assert "3/3 cases passed" in out and "splitkv_keys_vt 1/1" in out
+    assert "4/4 cases passed" in out and "splitkv_keys_vt 1/1" in out
+    assert "splitkv_pow2 1/1" in out
 
 
 def test_bytes_moved_counts_each_sequence():
@@ -323,22 +326,31 @@ def sim_launch(monkeypatch):
     monkeypatch.setattr(gl, "current_raw_stream", lambda *a: 0)
 
 
-@pytest.mark.parametrize("case", ["2x8:2x3:100x64/causal/page16/lens=100:40/fp16",
-                                  "2x16:2x90x64/lens=90:7/fp16"])
-def test_gpu_loop_methods_on_the_simulator(sim_launch, case):
+@pytest.mark.parametrize("case, kernel, work", [
+    ("2x8:2x3:100x64/causal/page16/lens=100:40/fp16", "splitkv", 1 << 29),
+    ("2x16:2x90x64/lens=90:7/fp16", "splitkv", 1 << 29),
+    # padded GQA tiles (issue 33): a group of 7 (kv head 0's whole group simulated), and
+    # 71 heads at Sq 3 cut to one tile of 16 heads by a small work budget
+    ("2x14:2x90x64/page16/lens=90:7/fp16", "splitkv", 1 << 29),
+    ("2x71:1x3:40x32/causal/lens=40:17/fp16", "splitkv", 1 << 12),
+    ("2x14:2x90x64/page16/lens=90:7/fp16", "splitkv_pow2", 1 << 29)])
+def test_gpu_loop_methods_on_the_simulator(sim_launch, case, kernel, work):
     from spak.device import agreement
     p = FAMILY.parse(case)
     x = FAMILY.gpu_inputs(p, 0, 0, "cpu")
     assert torch.isnan(x["k_cache"]).any() and not torch.isnan(x["q"]).any()   # dead slots
-    config = {**FAMILY.gpu_config("splitkv", p, "cpu"), "num_splits": 3}
-    call = FAMILY.gpu_call("splitkv", p, x, config)
+    config = {**FAMILY.gpu_config(kernel, p, "cpu"), "num_splits": 3}
+    call = FAMILY.gpu_call(kernel, p, x, config)
     assert torch.isnan(call.outputs["out"]).all()                              # poisoned
     call()
     row = FAMILY.gpu_check(p, x, call.outputs, FAMILY.gpu_reference(p, x))
     assert row["passed"] and row["nonfinite"] == 0, row
-    res = agreement.agreement(FAMILY, "splitkv", p, x, call.outputs, config, model="sm_90")
+    res = agreement.agreement(FAMILY, kernel, p, x, call.outputs, config, model="sm_90",
+                              work=work)
     assert res["fraction_bit_identical"] == 1.0, res
     assert ("kv head 0" in res["slice"]) and res["elements"] > 0
+    if p.Hq == 71:                          # cut to one padded tile's heads (GT 16)
+        assert "heads 0-15" in res["slice"], res["slice"]
 
 
 def test_gpu_reference_matches_the_numpy_one():

@@ -13,14 +13,21 @@ VARIANTS = [(0, 1, (32, 8), False, None), (16, 4, (8, 1), True, None),
             (16, 1, (8, 2), False, {"PAGE_MODE": 1}),
             # page ids one key tile ahead (PAGE_AHEAD auto): tiles inside 256-key pages in
             # the rows form (GQA, and MQA since keys_vt is kept for gathered tiles)
-            (256, 1, (32, 8), False, None), (256, 1, (32, 1), False, None)]
+            (256, 1, (32, 8), False, None), (256, 1, (32, 1), False, None),
+            # padded GQA tiles (issue 33): a group of 7 in one tile of 8 (rows form), and
+            # Falcon-7B's 71 (D 64) in two tiles of 64 (keys_vt, 16-key pages: the plan's
+            # form there). Not here: keys_vt with 64-row tiles on 16-key pages at D 128
+            # (64:1 at Sq 1, 16:1 at Sq 3): tileiras 13.4 crashes on them for sm_120
+            # (return code -11) before issue 33 as after
+            (0, 1, (28, 4), False, None), (16, 1, (71, 1), False, {"KT_FORM": 2})]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])
 @pytest.mark.parametrize("page, seq_q, heads, causal, tiles", VARIANTS)
 def test_decode_kernels_compile(arch, page, seq_q, heads, causal, tiles):
     from spak.gpu.compile_decode import compile_decode_variant
-    r = compile_decode_variant(arch=arch, dtype="fp16" if page else "bf16", head_dim=128,
+    head_dim = 64 if heads == (71, 1) else 128          # Falcon-7B's head dim
+    r = compile_decode_variant(arch=arch, dtype="fp16" if page else "bf16", head_dim=head_dim,
                                causal=causal, page=page, seq_q=seq_q, heads=heads, tiles=tiles)
     assert r["ok"], r["error"]
     assert [k["name"] for k in r["kernels"]] == ["decode.split", "decode.combine"]

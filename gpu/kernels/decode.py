@@ -12,10 +12,21 @@ Layouts (FlashAttention's flash_attn_with_kvcache / vLLM's):
   Out  [B, Sq, Hq, Dv]
 
 One block per (query-head tile x query tile, key split, batch). A head tile is GT query
-heads of ONE kv head (GT a power of two dividing Hq/Hkv): with SQ_T query rows each, the
-block's ROWS = SQ_T * GT rows share every K/V tile it loads, so K/V is read once per
+heads of ONE kv head (GT a power of two): with SQ_T query rows each, the block's
+ROWS = SQ_T * GT rows share every K/V tile it loads, so K/V is read once per
 (kv head, split) instead of once per query head and row (GQA packing). Row r is query
-r // GT, head t*GT + r % GT: exactly the [1, SQ_T, GT, D] box of Q, reshaped.
+r // GT, head h0 + r % GT. Where GT divides the group (Hq/Hkv), h0 = t*GT and the rows
+are exactly the [1, SQ_T, GT, D] box of Q, reshaped. Else (PAD: a group of 5, 7, 12, 71
+heads) the group is covered by cdiv(group, GT) tiles whose last one is padded, so a kv
+head's K/V is read cdiv(group, GT) times a split, not once per power-of-two piece. Q is
+one box at head h0 through the launch's descriptor with element steps along the heads
+(the padding rows read the next group's queries, harmless: their results are never
+stored); Out / Acc are stored through a view that ends at the tile's last head
+(Array.slice), so the padding rows fall outside it; m and l are scattered with a mask.
+sm_90 (tileiras 13.4, group 7, D 128): these keep the split kernel at 256 threads x 255
+registers and 8 bytes of stack (rows form) as for a power-of-two group, where scattering
+the [ROWS, Dv] results took 384 threads x 168 registers and 272 bytes of stack (704 in
+the keys form at Sq 3).
 
 Splits: the block's key tiles are cut into num_blocks(1) equal runs, computed from the
 sequence's own length on the device (so a short sequence in a large cache still spreads
@@ -72,21 +83,21 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         PAGE_MODE: ConstInt,    # several pages a tile: 0 boxes, 1 gathered
                         SPLIT: ConstBool,       # write partials (several splits)
                         CAUSAL: ConstBool,
+                        PAD: ConstBool,         # GT does not divide the group: masked rows
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
                         AHEAD: ConstBool = False):  # paged: page ids one tile ahead
-    t, qt, kv_h = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT)
+    t, qt, kv_h, h0, nh = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT, PAD)
     split = ct.bid(1)
     b = ct.bid(2)
     L = _seq_len(Lens, BT, K, b, PAGE)
-    q = ct.load(Q, index=(b, qt, t, 0), shape=(1, SQ_T, GT, HEAD_DIM),
-                padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
+    q = _load_q(Q, b, qt, t, h0, SQ_T, GT, HEAD_DIM, PAD)
     if KT_FORM == 0:
         m_i, l_i, acc = _attend(q, K, V, BT, b, kv_h, qt, split, ct.num_blocks(1), L,
                                 Q.shape[1], scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT, TILE_N,
                                 PAGE, PAGE_MODE, CAUSAL, Q.dtype, LAT, AHEAD)
-        _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V,
-                SPLIT)
+        _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, h0, nh, split, SQ_T, GT,
+                HEAD_DIM_V, SPLIT, PAD)
     else:
         m_i, l_i, acc = _attend_keys(ct.transpose(q), K, V, BT, b, kv_h, qt, split,
                                      ct.num_blocks(1), L, Q.shape[1], scale, HEAD_DIM,
@@ -94,23 +105,44 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                                      Q.dtype, KT_FORM == 2, LAT, AHEAD)
         ROWS = SQ_T * GT
         _finish(Out, Acc, Mx, Lx, m_i.reshape((ROWS, 1)), l_i.reshape((ROWS, 1)), acc,
-                b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT)
+                b, qt, t, h0, nh, split, SQ_T, GT, HEAD_DIM_V, SPLIT, PAD)
 
 
-def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, split, SQ_T, GT, HEAD_DIM_V, SPLIT):
+def _load_q(Q, b, qt, t, h0, SQ_T, GT, HEAD_DIM, PAD):
+    """The block's query rows [SQ_T * GT, D tile]: one box of Q (PAD: at head h0)."""
+    if not PAD:
+        return ct.load(Q, index=(b, qt, t, 0), shape=(1, SQ_T, GT, HEAD_DIM),
+                       padding_mode=ct.PaddingMode.ZERO).reshape((SQ_T * GT, HEAD_DIM))
+    # a box at head h0 through the launch's descriptor (element steps along the heads):
+    # rows past the group read the next kv head's queries (or zeros past the array);
+    # their results are never stored
+    view = Q.tiled_view((1, SQ_T, GT, HEAD_DIM), traversal_steps=(1, SQ_T, 1, HEAD_DIM),
+                        padding_mode=ct.PaddingMode.ZERO)
+    return view.load((b, qt, h0, 0)).reshape((SQ_T * GT, HEAD_DIM))
+
+
+def _finish(Out, Acc, Mx, Lx, m_i, l_i, acc, b, qt, t, h0, nh, split, SQ_T, GT, HEAD_DIM_V,
+            SPLIT, PAD):
     """The block's result: the partial state (m, l [ROWS, 1], acc [ROWS, Dv]) of its
-    split into the workspaces, or, with one split, acc / l into Out."""
+    split into the workspaces, or, with one split, acc / l into Out. PAD: rows past the
+    tile's nh heads belong to no head of this kv head and are never stored."""
+    ROWS = SQ_T * GT
     if SPLIT:
         # partial state of this split; rows past Sq fall outside the arrays and are dropped.
         # m and l go element by element (scatter): a [SQ_T, GT] box of float32 is too
         # narrow a tile for the bulk-copy path, and these are a few bytes per row
-        q_idx, h_idx = _row_index(qt, t, SQ_T, GT)
-        ct.scatter(Mx, (b, q_idx, h_idx, split), m_i.reshape((SQ_T * GT,)))
-        ct.scatter(Lx, (b, q_idx, h_idx, split), l_i.reshape((SQ_T * GT,)))
-        ct.store(Acc, index=(b, qt, t, split),
-                 tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
+        q_idx, h_idx, keep = _row_index(qt, h0, nh, SQ_T, GT, PAD)
+        ct.scatter(Mx, (b, q_idx, h_idx, split), m_i.reshape((ROWS,)), mask=keep)
+        ct.scatter(Lx, (b, q_idx, h_idx, split), l_i.reshape((ROWS,)), mask=keep)
+        if PAD:
+            # a view that ends at the tile's last head: the padding rows fall outside it
+            ct.store(Acc.slice(2, h0, h0 + nh), index=(b, qt, 0, split),
+                     tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
+        else:
+            ct.store(Acc, index=(b, qt, t, split),
+                     tile=acc.reshape((1, SQ_T, GT, HEAD_DIM_V)))
     else:
-        _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V)
+        _store_out(Out, acc, l_i, b, qt, t, h0, nh, SQ_T, GT, HEAD_DIM_V, PAD)
 
 
 # occupancy 4 (TileGym's reduce's hint; a scheduling hint, the same arithmetic and bits):
@@ -172,22 +204,36 @@ def _merge_tree(l_s, a_s, w, SPLITS_T, DV_T):
 # --------------------------------------------------------------------------------------
 # Coordinates and lengths
 # --------------------------------------------------------------------------------------
-def _tile_coords(bid, num_heads, num_kv_heads, GT):
-    """(head tile, query tile, kv head) of the flattened block index.
+def _tile_coords(bid, num_heads, num_kv_heads, GT, PAD):
+    """(head tile, query tile, kv head, the tile's first query head h0, its heads nh) of
+    the flattened block index.
 
     Head counts come from the array shapes at run time, so one compiled variant serves
     every head count; the head tile is the fastest index, so the blocks of one kv head and
-    split (which read the same K/V) run side by side and share it in L2."""
+    split (which read the same K/V) run side by side and share it in L2. PAD: each kv
+    head's group takes cdiv(group, GT) tiles, the last one holding the group's remainder
+    (nh < GT); else GT divides the group and every tile is whole."""
+    group = num_heads // num_kv_heads
+    if PAD:
+        per_kv = ct.cdiv(group, GT)
+        num_tiles = num_kv_heads * per_kv
+        t = bid % num_tiles
+        kv_h = t // per_kv
+        first = (t % per_kv) * GT                # the tile's first head within the group
+        return t, bid // num_tiles, kv_h, kv_h * group + first, min(group - first, GT)
     num_tiles = num_heads // GT
     t = bid % num_tiles
-    group = num_heads // num_kv_heads
-    return t, bid // num_tiles, (t * GT) // group
+    return t, bid // num_tiles, (t * GT) // group, t * GT, GT
 
 
-def _row_index(qt, t, SQ_T, GT):
-    """(query index, head index) of each of the block's SQ_T * GT rows, [ROWS] each."""
+def _row_index(qt, h0, nh, SQ_T, GT, PAD):
+    """(query index, head index, keep) of each of the block's SQ_T * GT rows, [ROWS] each:
+    keep (PAD only, else None) is False on the padding rows past the tile's nh heads."""
     r = ct.arange(SQ_T * GT, dtype=ct.int32)
-    return qt * SQ_T + r // GT, t * GT + r % GT
+    keep = None
+    if PAD:
+        keep = (r % GT) < nh
+    return qt * SQ_T + r // GT, h0 + r % GT, keep
 
 
 def _seq_len(Lens, BT, K, b, PAGE):
@@ -413,11 +459,16 @@ def _normalise(acc, l_i):
     return ct.where(has_keys, out, 0.0)
 
 
-def _store_out(Out, acc, l_i, b, qt, t, SQ_T, GT, HEAD_DIM_V):
+def _store_out(Out, acc, l_i, b, qt, t, h0, nh, SQ_T, GT, HEAD_DIM_V, PAD):
     """acc / l in Out's dtype. Rows past Sq and columns past Dv fall outside Out and are
-    dropped by the bounds-checked store."""
+    dropped by the bounds-checked store; PAD: rows past the tile's heads are masked."""
     out = _normalise(acc, l_i).astype(Out.dtype)
-    ct.store(Out, index=(b, qt, t, 0), tile=out.reshape((1, SQ_T, GT, HEAD_DIM_V)))
+    if PAD:
+        # a view that ends at the tile's last head: the padding rows fall outside it
+        ct.store(Out.slice(2, h0, h0 + nh), index=(b, qt, 0, 0),
+                 tile=out.reshape((1, SQ_T, GT, HEAD_DIM_V)))
+    else:
+        ct.store(Out, index=(b, qt, t, 0), tile=out.reshape((1, SQ_T, GT, HEAD_DIM_V)))
 
 
 # --------------------------------------------------------------------------------------

@@ -46,7 +46,9 @@ def _select(args, fam):
               f"{args.kernel!r}; choose from {', '.join(fam.kernels)} or all", file=sys.stderr)
         return 2
     try:
-        specs = fam.select(args.shapes, dtype=args.dtype, causal=args.causal)
+        # no --shapes: the family's own default sets (fmha_decode has no "standard")
+        specs = fam.select(args.shapes or list(fam.run_shapes), dtype=args.dtype,
+                           causal=args.causal)
     except ShapeError as e:
         print(f"spak run: error: argument --shapes: {e}", file=sys.stderr)
         return 2
@@ -169,8 +171,9 @@ def register(subparsers) -> None:
     kernels = sorted({k for name in families.names() for k in families.get(name).kernels})
     p.add_argument("--kernel", choices=(*kernels, "all"), default=None,
                    help="which kernel(s) (default: fused)")
-    p.add_argument("--shapes", nargs="+", default=["standard", "seed"],
-                   metavar="SHAPE", help="named sets and/or shapes (default: standard seed)")
+    p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
+                   help="named sets and/or shapes (default: the family's run sets: standard "
+                        "seed; fmha_decode models-small)")
     p.add_argument("--dtype", choices=("fp16", "bf16", "all"), default="fp16",
                    help="input dtype (default: fp16)")
     p.add_argument("--causal", choices=("yes", "no", "both"), default="both")

@@ -125,7 +125,7 @@ def split_count(p, inputs, config) -> int:
     k, bt = inputs["k_cache"], inputs["block_table"]
     cap = k.shape[1] * (1 if bt is None else bt.shape[1])
     return auto_splits(p.B, p.Hq, p.Hkv, p.Sq, cap, t["TILE_N"], t["MAX_ROWS"], sms, p.D,
-                       inputs["v_cache"].shape[3])
+                       inputs["v_cache"].shape[3], pad=bool(t["GROUP_PAD"]))
 
 
 def decode_sim_slice(p, inputs, out, config, *, splits: int, work: int) -> SimSlice:
@@ -137,11 +137,13 @@ def decode_sim_slice(p, inputs, out, config, *, splits: int, work: int) -> SimSl
     tiles, _, _ = _split_config(config)
     tiles = {**default_decode_tiles(p.D), **tiles}
     group = p.Hq // p.Hkv
-    gt, _ = row_tiles(p.Hq, p.Hkv, p.Sq, tiles["MAX_ROWS"])
+    gt, _ = row_tiles(p.Hq, p.Hkv, p.Sq, tiles["MAX_ROWS"], bool(tiles["GROUP_PAD"]))
     n = p.seq_lens[0]
     heads = group
+    # fewer heads keep the GPU call's tiling: a multiple of GT (the power-of-two tiles),
+    # or, for a padded group (GT does not divide it), the group's first GT heads
     while heads > gt and p.Sq * heads * max(n, 1) * p.D > work:
-        heads //= 2
+        heads = heads // 2 if group % gt == 0 else gt
     sub = p.__class__(**{**p.__dict__, "B": 1, "Hq": heads, "Hkv": 1, "lens": (n,),
                          "splits": splits})
     cvt = (lambda t: t.cpu().numpy()) if p.dtype == "fp16" else \

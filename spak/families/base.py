@@ -172,6 +172,8 @@ class KernelFamily:
     sweep_peers: tuple[str, ...] = ()
     #: the shape sets `spak sweep` takes when --shapes is not given
     sweep_shapes: tuple[str, ...] = ("standard",)
+    #: the shape sets `spak run` takes when --shapes is not given
+    run_shapes: tuple[str, ...] = ("standard", "seed")
 
     def knob_keys(self) -> tuple[str, ...]:
         """Kernel Constant knobs a sweep config may carry besides `space_keys` (integers in

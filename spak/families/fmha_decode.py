@@ -13,7 +13,9 @@ the cache capacity, plus qualifiers for the cache:
            splits=N (key splits; default: chosen from the shape and the SM count) |
            qlens=Q1:Q2:... (a packed variable-length batch, prefill: sequence b has Qb
            queries, each <= Sq, against its lens[b] keys; the varlen kernel,
-           spak.fmha_varlen; no cache, page or split qualifier)
+           spak.fmha_varlen; no cache, page or split qualifier) |
+           ragged (lengths from Sk down to Sk/4, decode_models.ragged_lens) |
+           model=NAME (the served model the row stands for; a label, no effect)
 
     1x32:8x1:4096x128             B=1, GQA 4:1, one query against 4096 cached keys
     2x8:1x4:77x64/causal/page16/lens=77:5    MQA, 4 queries, paged, ragged lengths
@@ -35,6 +37,7 @@ from spak.attention.problems import check_sizes
 from spak.core.errors import ShapeError
 from spak.core.metrics import gate_for, round_to_bf16
 from spak.families.base import KernelFamily
+from spak.families.decode_models import models_set, models_small, models_sweep
 
 __all__ = ["DecodeProblem", "FmhaDecode", "FAMILY", "parse_problem", "SHAPE_SETS",
            "GRAMMAR_HELP", "decode_attention_f64"]
@@ -56,6 +59,8 @@ shape grammar (fmha_decode):  B x HEADS x SEQ x D [/QUAL ...]
          splits=N        key splits (default: from the shape and the SM count)
          qlens=Q1:Q2:... a packed varlen batch (prefill): Qb queries of sequence b
                          (B values in [0, Sq]) against lens keys; the varlen kernel
+         ragged          lengths from Sk down to Sk/4 (sequence 0 full), without listing them
+         model=NAME      the served model the shape stands for (a label in the rows)
   e.g.   1x32:8x4096x128   2x8:1x4:77x64/causal/page16/lens=77:5
          3x8:2x40:60x64/causal/qlens=5:0:40/lens=7:3:60
 named sets: {sets}"""
@@ -76,6 +81,8 @@ class DecodeProblem:
     lens: Optional[tuple[int, ...]] = None     # None: every sequence holds Sk keys
     splits: Optional[int] = None               # None: gpu.plan_decode.choose_num_splits
     qlens: Optional[tuple[int, ...]] = None    # a packed varlen batch: queries per sequence
+    ragged: bool = False                       # lens None: decode_models.ragged_lens
+    model: Optional[str] = None                # the served model it stands for (a label)
 
     def __post_init__(self):
         check_sizes(self)
@@ -107,7 +114,12 @@ class DecodeProblem:
 
     @property
     def seq_lens(self) -> tuple[int, ...]:
-        return self.lens if self.lens is not None else (self.Sk,) * self.B
+        if self.lens is not None:
+            return self.lens
+        if self.ragged:
+            from spak.families.decode_models import ragged_lens
+            return ragged_lens(self.B, self.Sk)
+        return (self.Sk,) * self.B
 
     @property
     def label(self) -> str:
@@ -121,8 +133,12 @@ class DecodeProblem:
             q.append("qlens=" + ":".join(map(str, self.qlens)))
         if self.lens is not None:
             q.append("lens=" + ":".join(map(str, self.lens)))
+        elif self.ragged:
+            q.append("ragged")
         if self.splits is not None:
             q.append(f"splits={self.splits}")
+        if self.model:
+            q.append(f"model={self.model}")
         return q
 
     @property
@@ -175,9 +191,14 @@ def _qualifier(text, q, fields, fixed):
         fields["splits"] = int(q[7:])
     elif re.fullmatch(r"qlens=\d+(:\d+)*", q):
         fields["qlens"] = tuple(int(n) for n in q[6:].split(":"))
+    elif q == "ragged":
+        fields["ragged"] = True
+    elif re.fullmatch(r"model=[a-z0-9][a-z0-9._-]*", q):
+        fields["model"] = q[6:]
     else:
         raise ShapeError(f"{text!r}: unknown qualifier {q!r}; expected fp16, bf16, causal, "
-                         f"noncausal, pageN, lens=L1:L2:..., splits=N, qlens=Q1:Q2:...")
+                         f"noncausal, pageN, lens=L1:L2:..., splits=N, qlens=Q1:Q2:..., "
+                         f"ragged, model=NAME")
 
 
 def parse_problem(text: str) -> DecodeProblem:
@@ -209,7 +230,9 @@ SHAPE_SETS: dict[str, list[str]] = {
         "2x8:1x4:77x64/causal/page16/lens=77:5/splits=3",    # MQA, Sq=4, 16-key pages
         "3x4x50x128/page64/lens=1:50:0/splits=2",            # MHA, lengths 1 and 0, mid-page
         "1x16:2x3:130x64/causal/splits=3",                   # GQA 8:1, Sq=3
-        "2x12:2x90x64/page16/lens=90:33",                    # group of 6 (3 tiles of 2)
+        "2x12:2x90x64/page16/lens=90:33",                    # group of 6 (a padded tile)
+        "2x14:2x3:70x64/causal/page16/lens=70:0/splits=3",   # group 7, Sq 3 (padded)
+        "2x71:1x40x32/page16/lens=40:17/splits=2",           # Falcon-7B's 71: 2 tiles of 64
         # varlen prefill: runs of 0 and 1, more queries than keys, a run without keys
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
     ],
@@ -234,7 +257,23 @@ SHAPE_SETS: dict[str, list[str]] = {
         "1x32:1x8:150x64/causal/splits=2",
         "2x16:2x4:140x128/causal/lens=140:9",
     ],
+    # GQA groups no power of two divides (issue 33: padded head tiles, masked rows):
+    # 5, 7, 12 and Falcon-7B's 71 (two tiles of 64), contiguous and paged, Sq 1 and 3,
+    # ragged lengths with 0 and 1
+    "groups": [
+        "2x10:2x90x64/lens=90:1/splits=2",                  # group 5
+        "2x14:2x3:70x64/causal/page16/lens=70:0/splits=3",  # group 7, Sq 3, pages
+        "2x24:2x80x32/page64/lens=3:80",                    # group 12
+        "1x12:1x3:50x32/causal/lens=50",                    # group 12, Sq 3: 64 rows
+        "2x71:1x40x32/page16/lens=40:17/splits=2",          # 71: two tiles of 64 heads
+        "1x71:1x3:30x32/causal/lens=30",                    # 71, Sq 3
+    ],
     "bench": _bench(),
+    # served models' head configurations (spak/families/decode_models.py: the configs, how
+    # the sample was chosen); "models-small" a quick subset of 14
+    "models": models_set(),
+    "models-small": models_small(),
+    "models-sweep": models_sweep(),
     "varlen": [
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
         "4x8:2x40:60x64/qlens=5:0:1:40/lens=7:3:0:60",
@@ -316,8 +355,11 @@ class FmhaDecode(KernelFamily):
     name = "fmha_decode"
     title = "decode attention over a KV cache (split-KV, GQA packing, paged or contiguous)"
     #: the split kernel in its three forms (gpu.plan_decode.KT_FORMS): "splitkv" the plan's
-    #: choice (tiles["KT_FORM"] or choose_kt_form), the others one form pinned
-    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt")
+    #: choice (tiles["KT_FORM"] or choose_kt_form), the others one form pinned;
+    #: "splitkv_pow2" the plan's choice with the former GQA row tiling (tiles["GROUP_PAD"]
+    #: 0: blocks of the largest power of two dividing the group), the baseline issue 33's
+    #: padded tiles are timed against in one run (`spak run --kernel all`)
+    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt", "splitkv_pow2")
     outputs = ("out",)
     metric = "GB/s"
     space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
@@ -331,11 +373,13 @@ class FmhaDecode(KernelFamily):
     sweep_plan = "plans/fmha_decode.toml"
     sweep_peers = ("sdpa-cudnn", "sdpa-flash")
     sweep_shapes = ("bench",)
+    run_shapes = ("models-small",)
 
     def knob_keys(self) -> tuple[str, ...]:
         """KT_FORM (gpu.plan_decode.KT_FORMS: 0 rows, 1 keys, 2 keys_vt in the tensor
-        cores' M), swept beside the tiles ([sweep.sm_90] knobs)."""
-        return ("KT_FORM",)
+        cores' M) and GROUP_PAD (1 padded GQA tiles, 0 the former power-of-two ones),
+        swept beside the tiles ([sweep.sm_90] knobs)."""
+        return ("KT_FORM", "GROUP_PAD")
 
     def grammar_help(self) -> str:
         return GRAMMAR_HELP
@@ -457,15 +501,16 @@ class FmhaDecode(KernelFamily):
 
     def compile_variant(self, item) -> dict:
         """Every kernel of the family for (arch, dtype, head_dim, causal): split and combine
-        on a contiguous cache (GQA 4:1, decode) and on a 16-key paged one (MQA, 4 queries:
-        several pages a tile), and the varlen kernel. One result, its kernels listed."""
+        on a contiguous cache (GQA 4:1, decode: whole head tiles) and on a 16-key paged one
+        (a group of 7 over one kv head, 4 queries: a padded head tile of 8, several pages a
+        tile), and the varlen kernel. One result, its kernels listed."""
         from spak.gpu.compile_decode import compile_decode_variant
         common = dict(arch=item["arch"], dtype=item["dtype"], head_dim=item["head_dim"],
                       causal=item["causal"],
                       tiles=_form_tiles(item.get("kernel"), _tiles(item.get("tiles"))),
                       hints=item.get("hints"))
         parts = [compile_decode_variant(**common),
-                 compile_decode_variant(**common, page=16, seq_q=4, heads=(8, 1)),
+                 compile_decode_variant(**common, page=16, seq_q=4, heads=(7, 1)),
                  compile_decode_variant(**{**common, "tiles": None}, kernel="varlen")]
         bad = [r["error"] for r in parts if not r["ok"]]
         return {"ok": not bad, "error": bad[0] if bad else None,
@@ -476,15 +521,16 @@ class FmhaDecode(KernelFamily):
                 "tiles": parts[0]["tiles"] or {}}
 
 
-#: kernel name -> the KT_FORM it pins (gpu.plan_decode.KT_FORMS)
-_KERNEL_FORMS = {"splitkv_keys": 1, "splitkv_keys_vt": 2}
+#: kernel name -> the tiles knobs it pins (gpu.plan_decode: KT_FORMS, GROUP_PAD)
+_KERNEL_FORMS = {"splitkv_keys": {"KT_FORM": 1}, "splitkv_keys_vt": {"KT_FORM": 2},
+                 "splitkv_pow2": {"GROUP_PAD": 0}}
 
 
 def _form_tiles(kernel, tiles):
-    """tiles with the kernel's pinned KT_FORM (none for "splitkv": the plan's choice)."""
+    """tiles with the kernel's pinned knobs (none for "splitkv": the plan's choice)."""
     if kernel not in _KERNEL_FORMS:
         return tiles
-    return {**(tiles or {}), "KT_FORM": _KERNEL_FORMS[kernel]}
+    return {**(tiles or {}), **_KERNEL_FORMS[kernel]}
 
 
 def _tiles(tiles):
