@@ -98,6 +98,30 @@ def test_one_queue_many_gpus_each_shape_on_one_gpu(tmp_path):
         assert g["busy_s"] + g["wait_compile_s"] + g["tail_s"] <= b["run_s"] + 0.5
 
 
+def test_shapes_that_share_variants_stay_on_one_gpu(tmp_path):
+    """8 shapes in 4 groups that share their compile units (head dim x causal), 4 GPUs:
+    each variant's first launch (~0.13 s per worker on an H200) is paid on one GPU only.
+    Before, the 4 largest shapes (one per group) went one to a GPU and the small ones to
+    whichever GPU was free: a variant on 2 GPUs (the H200 run: 304 first launches on 4
+    GPUs, 152 on one)."""
+    shapes = [f"{s}x{d}/{c}" for d in (64, 128) for c in ("causal", "noncausal")
+              for s in ("4x8x512", "2x8x1024")]
+    s, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.02}, ["0", "1", "2", "3"],
+                               shapes=shapes)
+    rows = _results(out)
+    assert res["left"] == 0
+    _check_rows(rows, jobs)
+    unit = {j.key: j.unit["unit_id"] for j in jobs if j.unit}
+    gpus_of_unit = defaultdict(set)
+    for r in rows:
+        if (r["case"], r["provider"], r["config_id"]) in unit:
+            gpus_of_unit[unit[r["case"], r["provider"], r["config_id"]]].add(r["gpu_index"])
+    assert len(gpus_of_unit) == 4 * (1 + 4)            # 4 groups x (default + 4 configs)
+    assert all(len(g) == 1 for g in gpus_of_unit.values()), dict(gpus_of_unit)
+    assert len(set().union(*gpus_of_unit.values())) == 4          # every GPU worked
+    assert Counter(r["gpu_index"] for r in rows) == {g: 2 * PER_CASE for g in range(4)}
+
+
 def test_few_shapes_are_shared_at_the_end_not_split_2_to_1(tmp_path):
     """3 shapes on 2 GPUs: the first real 2-GPU run split its 39 jobs 26/13; with work
     stealing the GPU left without a shape helps with one (its anchors timed again)."""
