@@ -71,6 +71,23 @@ def test_ranking_tells_ties_from_real_differences():
     assert [x["case"] for x in r["differ"]] == ["s3"]
 
 
+def test_ranking_margins_within_the_rows_spread_are_not_real_differences():
+    """The H200 run's 16x16x1024x128 noncausal: winners 3.7% and 7.1% apart, but the rows'
+    batches spread 6.5-11% (IQR / median): not a difference the runs can tell."""
+    a = [_r("s1", "A", 529.6, spread=0.111), _r("s1", "B", 494.6, spread=0.069),
+         _r("s2", "A", 300.0, spread=0.01), _r("s2", "B", 250.0, spread=0.01)]
+    b = [_r("s1", "A", 504.5, spread=0.019), _r("s1", "B", 522.9, spread=0.065),
+         _r("s2", "A", 240.0, spread=0.01), _r("s2", "B", 290.0, spread=0.02)]
+    r = sc.ranking(a, b)
+    assert [x["case"] for x in r["within_spread"]] == ["s1"]
+    assert [x["case"] for x in r["differ"]] == ["s2"] and not r["ties"]
+    x = r["within_spread"][0]
+    assert abs(x["margin_a"] - (529.6 / 494.6 - 1)) < 1e-9 and x["spread_a"] == 0.111
+    lines = sc.summary_lines({"scaling": {}, "ranking": {"n4": r}, "per_gpu": {},
+                              "disagree": [], "faults": {}})
+    assert "1 beyond 3% but within the rows' spread, 1 beyond both" in lines[1]
+
+
 def test_per_gpu_speed_and_fault_check_find_a_slow_gpu_lost_and_doubled_rows():
     base = [_r("s1", "A", 300.0), _r("s1", "B", 200.0)]
     rows = [_r("s1", "A", 240.0, gpu=1), _r("s1", "B", 161.0, gpu=1),

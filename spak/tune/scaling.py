@@ -11,7 +11,8 @@ they should hold in ``fa.expected.txt`` / ``fb.expected.txt`` (`spak sweep --lis
   1.2 / N; the time breakdown (spak.tune.timeline) per run and GPU; rows per GPU;
 - ranking: the best config per shape in each run against N=1's; where they differ, the
   margins (each run's TFLOPS of its winner over the other's winner) say whether the
-  difference is beyond the noise (``NOISE``);
+  difference is beyond the noise (``NOISE``) and beyond the two rows' own spread (the
+  (p75 - p25) / median of their timed batches);
 - per GPU: each GPU's TFLOPS over the N=1 run's (gpu0) for the same shape and config
   (median and range), and the measurements where GPUs disagree (spak.tune.merge);
 - faults: nothing lost (every expected job has a row), nothing doubled (no job twice on
@@ -73,19 +74,26 @@ def scaling(runs: dict) -> dict:
     return out
 
 
-def _best(rows) -> dict:
-    """case -> {config id: TFLOPS} of SPAK's ok rows (the default config as "default")."""
-    by = defaultdict(dict)
+def _best(rows) -> tuple[dict, dict]:
+    """(case -> {config id: TFLOPS}, case -> {config id: spread}) of SPAK's ok rows (the
+    default config as "default"); spread: the row's (p75 - p25) / median of its timed
+    batches, 0 when absent."""
+    by, spread = defaultdict(dict), defaultdict(dict)
     for r in merge_gpu_rows(rows):
         if r.get("status") == "ok" and r.get("tflops") and str(r["provider"]).startswith("spak-"):
             by[r["case"]][r["config_id"]] = float(r["tflops"])
-    return by
+            spread[r["case"]][r["config_id"]] = float(r.get("spread") or 0.0)
+    return by, spread
 
 
 def ranking(a_rows, b_rows) -> dict:
-    """Best config per shape in run a against run b (see the module doc)."""
-    a, b = _best(a_rows), _best(b_rows)
-    same, ties, differ = [], [], []
+    """Best config per shape in run a against run b (see the module doc). Where the
+    winners differ: a tie when a margin is within NOISE; "within_spread" when a margin is
+    within the larger spread of its run's two rows (the batches of one row vary more than
+    the two configs differ: the issue's "margins exceed the spread" does not hold); else a
+    real difference ("differ")."""
+    (a, sa), (b, sb) = _best(a_rows), _best(b_rows)
+    same, ties, noisy, differ = [], [], [], []
     for case in sorted(set(a) & set(b)):
         wa, wb = max(a[case], key=a[case].get), max(b[case], key=b[case].get)
         if wa == wb:
@@ -93,10 +101,18 @@ def ranking(a_rows, b_rows) -> dict:
             continue
         ma = a[case][wa] / a[case].get(wb, float("nan")) - 1       # a's margin for wa
         mb = b[case][wb] / b[case].get(wa, float("nan")) - 1
-        item = {"case": case, "a": wa, "b": wb, "margin_a": ma, "margin_b": mb}
-        (differ if min(ma, mb) > NOISE else ties).append(item)
+        sp_a = max(sa[case].get(wa, 0.0), sa[case].get(wb, 0.0))
+        sp_b = max(sb[case].get(wa, 0.0), sb[case].get(wb, 0.0))
+        item = {"case": case, "a": wa, "b": wb, "margin_a": ma, "margin_b": mb,
+                "spread_a": sp_a, "spread_b": sp_b}
+        if not min(ma, mb) > NOISE:
+            ties.append(item)
+        elif not (ma > sp_a and mb > sp_b):
+            noisy.append(item)
+        else:
+            differ.append(item)
     return {"shapes": len(set(a) & set(b)), "same": len(same), "ties": ties,
-            "differ": differ}
+            "within_spread": noisy, "differ": differ}
 
 
 def per_gpu_speed(rows, base_rows) -> dict:
@@ -187,9 +203,12 @@ def summary_lines(res: dict) -> list[str]:
     for n, r in res["ranking"].items():
         lines.append(f"ranking {n} vs n1: {r['same']}/{r['shapes']} shapes same best config;"
                      f" {len(r['ties'])} differ within {NOISE:.0%} (ties), "
-                     f"{len(r['differ'])} beyond")
+                     f"{len(r.get('within_spread', ()))} beyond {NOISE:.0%} but within the "
+                     f"rows' spread, {len(r['differ'])} beyond both")
         lines += [f"  {x['case']}: {x['a']} vs {x['b']} (margins {x['margin_a']:+.1%}, "
-                  f"{x['margin_b']:+.1%})" for x in r["differ"] + r["ties"]]
+                  f"{x['margin_b']:+.1%}; rows' spread {x['spread_a']:.1%}, "
+                  f"{x['spread_b']:.1%})"
+                  for x in r["differ"] + r.get("within_spread", []) + r["ties"]]
     for n, g in res["per_gpu"].items():
         lines.append(f"per-GPU TFLOPS / n1's ({n}): " + "; ".join(
             f"gpu{k} x{v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}] n={v['n']}"
