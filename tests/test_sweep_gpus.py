@@ -122,6 +122,42 @@ def test_shapes_that_share_variants_stay_on_one_gpu(tmp_path):
     assert Counter(r["gpu_index"] for r in rows) == {g: 2 * PER_CASE for g in range(4)}
 
 
+def test_workers_spawn_before_the_helpers_and_start_up_phases_are_reported(tmp_path):
+    """The CLI warms the compile helpers before starting the workers; the helpers spawn
+    after the workers all the same (first in line for whatever the start-ups contend for).
+    The breakdown has each GPU's start-up phases and the helpers' time to ready."""
+    from spak.tune.timeline import breakdown_lines
+    specs = select_cases(SHAPES[:2], dtype="fp16")
+    jobs = tj.plan_jobs("fused", specs, ts.expand_space(ts.parse_space_args(SPACE)),
+                        arch="sm_90")
+    fake = {"delay_s": 0.01, "startup_s": 0.3, "compile_delay_s": 0.01}
+    opts = tr.SweepOptions(timeout=10, compile_jobs=2, runner="fake:" + json.dumps(fake),
+                           quiet=True, retry_faults=True)
+    out = tmp_path / "w.jsonl"
+    s = tr.Sweep(out, opts, gpus=["0", "1"], echo=lambda m: None)
+    s.compiler.warm()                            # as spak sweep does, before the workers
+    assert s.compiler.helpers == []
+    s.start_workers()
+    spawned = [sl.worker.started for sl in s.slots]
+    assert len(s.compiler.helpers) == 2
+    assert max(spawned) <= min(h.started for h in s.compiler.helpers)
+    w = ResultsWriter(out)
+    res = s.run(jobs, w, {"gpu": "Fake GPU", "arch": "sm_90", "commit": "x", "host": "h"})
+    w.close()
+    assert res["left"] == 0
+    b = s.breakdown()
+    for g in b["gpus"]:
+        ph = g["startup_phases"]
+        assert set(ph) == {"interpreter", "fake_startup", "other"}
+        assert ph["fake_startup"] == 0.3 and 0 < ph["interpreter"] < g["startup_s"]
+        assert abs(sum(ph.values()) - g["startup_s"]) < 0.05
+    r = b["compile"]["ready_s"]
+    assert 0.3 <= r["min"] <= r["median"] <= r["max"] < 30
+    assert b["compile"]["phases"]["fake_startup"] == 0.3
+    text = "\n".join(breakdown_lines(b))
+    assert "compile helpers ready" in text and "(python " in text and "fake start-up 0.3" in text
+
+
 def test_few_shapes_are_shared_at_the_end_not_split_2_to_1(tmp_path):
     """3 shapes on 2 GPUs: the first real 2-GPU run split its 39 jobs 26/13; with work
     stealing the GPU left without a shape helps with one (its anchors timed again)."""
