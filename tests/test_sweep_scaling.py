@@ -102,3 +102,23 @@ def test_per_gpu_speed_and_fault_check_find_a_slow_gpu_lost_and_doubled_rows():
     assert c["doubled_on_one_gpu"] == [["s1", "spak-fused", "A", 0]]
     assert c["configs_twice"] == [["s1", "A"]]
     assert c["anchors_missing"] == [["s1", 1]]                # gpu1 timed B without flash
+
+
+def test_first_launches_count_each_workers_first_launch_of_a_variant():
+    """Two shapes with the same compile units (same D, causal, divisibility): on one GPU
+    the second shape's launches are repeats; split over two GPUs, both are first launches
+    (the 4x H200 run's 304 first launches against 152 on one GPU)."""
+    def row(case, cid, gpu, fc):
+        cfg = {"TILE_M": 64, "TILE_N": 64, "occupancy": 2, "num_ctas": 1}
+        return _r(case, cid, 300.0, gpu=gpu, first_call_s=fc,
+                  config=None if cid == "default" else cfg)
+    a, b = "4x8x512x64/fp16/causal", "2x8x1024x64/fp16/causal"
+    one = [row(a, "64x64/o2/c1", 0, 0.13), row(a, "default", 0, 0.12),
+           row(b, "64x64/o2/c1", 0, 0.001), row(b, "default", 0, 0.002),
+           _r(a, "-", 400.0, provider="sdpa-flash", first_call_s=0.5)]
+    f = sc.first_launches(one)
+    assert f["0"]["variants"] == 2 and abs(f["0"]["first_s"] - 0.25) < 1e-9
+    assert f["0"]["repeats"] == 2 and abs(f["0"]["repeat_s"] - 0.003) < 1e-9
+    two = one[:2] + [row(b, "64x64/o2/c1", 1, 0.14), row(b, "default", 1, 0.11)]
+    f = sc.first_launches(two)
+    assert f["0"]["variants"] == 2 and f["1"]["variants"] == 2 and f["1"]["repeats"] == 0
