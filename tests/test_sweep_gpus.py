@@ -98,6 +98,66 @@ def test_one_queue_many_gpus_each_shape_on_one_gpu(tmp_path):
         assert g["busy_s"] + g["wait_compile_s"] + g["tail_s"] <= b["run_s"] + 0.5
 
 
+def test_shapes_that_share_variants_stay_on_one_gpu(tmp_path):
+    """8 shapes in 4 groups that share their compile units (head dim x causal), 4 GPUs:
+    each variant's first launch (~0.13 s per worker on an H200) is paid on one GPU only.
+    Before, the 4 largest shapes (one per group) went one to a GPU and the small ones to
+    whichever GPU was free: a variant on 2 GPUs (the H200 run: 304 first launches on 4
+    GPUs, 152 on one)."""
+    shapes = [f"{s}x{d}/{c}" for d in (64, 128) for c in ("causal", "noncausal")
+              for s in ("4x8x512", "2x8x1024")]
+    s, jobs, res, out = _sweep(tmp_path, {"delay_s": 0.02}, ["0", "1", "2", "3"],
+                               shapes=shapes)
+    rows = _results(out)
+    assert res["left"] == 0
+    _check_rows(rows, jobs)
+    unit = {j.key: j.unit["unit_id"] for j in jobs if j.unit}
+    gpus_of_unit = defaultdict(set)
+    for r in rows:
+        if (r["case"], r["provider"], r["config_id"]) in unit:
+            gpus_of_unit[unit[r["case"], r["provider"], r["config_id"]]].add(r["gpu_index"])
+    assert len(gpus_of_unit) == 4 * (1 + 4)            # 4 groups x (default + 4 configs)
+    assert all(len(g) == 1 for g in gpus_of_unit.values()), dict(gpus_of_unit)
+    assert len(set().union(*gpus_of_unit.values())) == 4          # every GPU worked
+    assert Counter(r["gpu_index"] for r in rows) == {g: 2 * PER_CASE for g in range(4)}
+
+
+def test_workers_spawn_before_the_helpers_and_start_up_phases_are_reported(tmp_path):
+    """The CLI warms the compile helpers before starting the workers; the helpers spawn
+    after the workers all the same (first in line for whatever the start-ups contend for).
+    The breakdown has each GPU's start-up phases and the helpers' time to ready."""
+    from spak.tune.timeline import breakdown_lines
+    specs = select_cases(SHAPES[:2], dtype="fp16")
+    jobs = tj.plan_jobs("fused", specs, ts.expand_space(ts.parse_space_args(SPACE)),
+                        arch="sm_90")
+    fake = {"delay_s": 0.01, "startup_s": 0.3, "compile_delay_s": 0.01}
+    opts = tr.SweepOptions(timeout=10, compile_jobs=2, runner="fake:" + json.dumps(fake),
+                           quiet=True, retry_faults=True)
+    out = tmp_path / "w.jsonl"
+    s = tr.Sweep(out, opts, gpus=["0", "1"], echo=lambda m: None)
+    s.compiler.warm()                            # as spak sweep does, before the workers
+    assert s.compiler.helpers == []
+    s.start_workers()
+    spawned = [sl.worker.started for sl in s.slots]
+    assert len(s.compiler.helpers) == 2
+    assert max(spawned) <= min(h.started for h in s.compiler.helpers)
+    w = ResultsWriter(out)
+    res = s.run(jobs, w, {"gpu": "Fake GPU", "arch": "sm_90", "commit": "x", "host": "h"})
+    w.close()
+    assert res["left"] == 0
+    b = s.breakdown()
+    for g in b["gpus"]:
+        ph = g["startup_phases"]
+        assert set(ph) == {"interpreter", "fake_startup", "other"}
+        assert ph["fake_startup"] == 0.3 and 0 < ph["interpreter"] < g["startup_s"]
+        assert abs(sum(ph.values()) - g["startup_s"]) < 0.05
+    r = b["compile"]["ready_s"]
+    assert 0.3 <= r["min"] <= r["median"] <= r["max"] < 30
+    assert b["compile"]["phases"]["fake_startup"] == 0.3
+    text = "\n".join(breakdown_lines(b))
+    assert "compile helpers ready" in text and "(python " in text and "fake start-up 0.3" in text
+
+
 def test_few_shapes_are_shared_at_the_end_not_split_2_to_1(tmp_path):
     """3 shapes on 2 GPUs: the first real 2-GPU run split its 39 jobs 26/13; with work
     stealing the GPU left without a shape helps with one (its anchors timed again)."""

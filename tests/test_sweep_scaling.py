@@ -71,6 +71,23 @@ def test_ranking_tells_ties_from_real_differences():
     assert [x["case"] for x in r["differ"]] == ["s3"]
 
 
+def test_ranking_margins_within_the_rows_spread_are_not_real_differences():
+    """The H200 run's 16x16x1024x128 noncausal: winners 3.7% and 7.1% apart, but the rows'
+    batches spread 6.5-11% (IQR / median): not a difference the runs can tell."""
+    a = [_r("s1", "A", 529.6, spread=0.111), _r("s1", "B", 494.6, spread=0.069),
+         _r("s2", "A", 300.0, spread=0.01), _r("s2", "B", 250.0, spread=0.01)]
+    b = [_r("s1", "A", 504.5, spread=0.019), _r("s1", "B", 522.9, spread=0.065),
+         _r("s2", "A", 240.0, spread=0.01), _r("s2", "B", 290.0, spread=0.02)]
+    r = sc.ranking(a, b)
+    assert [x["case"] for x in r["within_spread"]] == ["s1"]
+    assert [x["case"] for x in r["differ"]] == ["s2"] and not r["ties"]
+    x = r["within_spread"][0]
+    assert abs(x["margin_a"] - (529.6 / 494.6 - 1)) < 1e-9 and x["spread_a"] == 0.111
+    lines = sc.summary_lines({"scaling": {}, "ranking": {"n4": r}, "per_gpu": {},
+                              "disagree": [], "faults": {}})
+    assert "1 beyond 3% but within the rows' spread, 1 beyond both" in lines[1]
+
+
 def test_per_gpu_speed_and_fault_check_find_a_slow_gpu_lost_and_doubled_rows():
     base = [_r("s1", "A", 300.0), _r("s1", "B", 200.0)]
     rows = [_r("s1", "A", 240.0, gpu=1), _r("s1", "B", 161.0, gpu=1),
@@ -85,3 +102,23 @@ def test_per_gpu_speed_and_fault_check_find_a_slow_gpu_lost_and_doubled_rows():
     assert c["doubled_on_one_gpu"] == [["s1", "spak-fused", "A", 0]]
     assert c["configs_twice"] == [["s1", "A"]]
     assert c["anchors_missing"] == [["s1", 1]]                # gpu1 timed B without flash
+
+
+def test_first_launches_count_each_workers_first_launch_of_a_variant():
+    """Two shapes with the same compile units (same D, causal, divisibility): on one GPU
+    the second shape's launches are repeats; split over two GPUs, both are first launches
+    (the 4x H200 run's 304 first launches against 152 on one GPU)."""
+    def row(case, cid, gpu, fc):
+        cfg = {"TILE_M": 64, "TILE_N": 64, "occupancy": 2, "num_ctas": 1}
+        return _r(case, cid, 300.0, gpu=gpu, first_call_s=fc,
+                  config=None if cid == "default" else cfg)
+    a, b = "4x8x512x64/fp16/causal", "2x8x1024x64/fp16/causal"
+    one = [row(a, "64x64/o2/c1", 0, 0.13), row(a, "default", 0, 0.12),
+           row(b, "64x64/o2/c1", 0, 0.001), row(b, "default", 0, 0.002),
+           _r(a, "-", 400.0, provider="sdpa-flash", first_call_s=0.5)]
+    f = sc.first_launches(one)
+    assert f["0"]["variants"] == 2 and abs(f["0"]["first_s"] - 0.25) < 1e-9
+    assert f["0"]["repeats"] == 2 and abs(f["0"]["repeat_s"] - 0.003) < 1e-9
+    two = one[:2] + [row(b, "64x64/o2/c1", 1, 0.14), row(b, "default", 1, 0.11)]
+    f = sc.first_launches(two)
+    assert f["0"]["variants"] == 2 and f["1"]["variants"] == 2 and f["1"]["repeats"] == 0

@@ -41,15 +41,36 @@ class CompileAhead:
         self.units_done = 0
         self.compile_s = 0.0                # the helpers' own seconds per unit, summed
         self.last_done = None               # monotonic time of the last unit built
+        self.ready_s: list = []             # each helper's spawn -> hello seconds
+        self.phases: list = []              # each helper's start-up phases (its hello)
+        # warm() while ``hold``: remembered, done by release() (the sweep spawns its
+        # measuring workers first, then the helpers: see spak.tune.runner.Sweep._start)
+        self.hold = False
+        self.warm_wanted = False
 
     def warm(self) -> None:
         """Start the helpers now, before the units are known (a helper's start-up, torch
         and a CUDA context, takes seconds: it overlaps the measuring workers' own)."""
+        if self.hold:
+            self.warm_wanted = True
+            return
         for _ in range(self.jobs - len(self.helpers)):
-            h = self.spawn()
-            self.helpers_started += 1
-            self.helpers.append(h)
-            self.queue[h] = []
+            self._new_helper()
+
+    def release(self) -> None:
+        """End ``hold``; a warm() asked for meanwhile happens now."""
+        self.hold = False
+        if self.warm_wanted:
+            self.warm_wanted = False
+            self.warm()
+
+    def _new_helper(self) -> WorkerProcess:
+        h = self.spawn()
+        self.helpers_started += 1
+        self.helpers.append(h)
+        self.queue[h] = []
+        h.send({"op": "hello"})             # its start-up time, for the breakdown
+        return h
 
     def start(self, units: list[dict]) -> None:
         seen, todo = set(), []
@@ -94,11 +115,7 @@ class CompileAhead:
     def _spawn_helper(self) -> None:
         if not self.units_todo:
             return
-        h = self.spawn()
-        self.helpers_started += 1
-        self.helpers.append(h)
-        self.queue[h] = []
-        self._feed(h)
+        self._feed(self._new_helper())
 
     def _feed(self, h: WorkerProcess) -> None:
         if self.units_todo:
@@ -150,6 +167,9 @@ class CompileAhead:
                     h.eof = True
                 else:
                     self._feed(h)
+            elif "hello" in msg:
+                self.ready_s.append(time.monotonic() - h.started)
+                self.phases.append((msg["hello"].get("startup") or {}).get("phases") or {})
             elif "fatal_setup" in msg:
                 self.echo(f"compile helper could not start: {msg['fatal_setup']}; the "
                           f"worker compiles instead")

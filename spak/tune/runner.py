@@ -94,6 +94,7 @@ class Sweep:
             if self.multi else [Slot(None, self.log_path)]
         self._helpers = 0
         self.compiler = CompileAhead(opts.compile_jobs, self._helper, opts.timeout, echo)
+        self.compiler.hold = True           # helpers spawn after the workers (_start)
         self.env: dict = {}
         self.sweep_id = uuid.uuid4().hex[:12]
         self.t0 = time.monotonic()
@@ -147,6 +148,7 @@ class Sweep:
                 if msg is not None or w.eof:
                     slot.clock.startup_s += time.monotonic() - w.started
                 if msg is not None and "hello" in msg:
+                    slot.clock.started(w.started, msg["hello"].get("startup"))
                     slot.worker, slot.hello = w, msg["hello"]
                     self.worker_starts += 1
                     out[slot] = msg["hello"]
@@ -180,6 +182,11 @@ class Sweep:
             w = self._child("worker", slot)
             w.send({"op": "hello"})
             waiting[slot] = w
+        # The compile helpers (asked for by compiler.warm() before) spawn only now: the
+        # 4x H200 run started 32 helpers, then the 4 workers, and the workers were ready
+        # after 12-14 s where a lone restart took ~4 s. Whatever the 36 start-ups
+        # contend for, the measuring workers are first in line.
+        self.compiler.release()
         return self._await_hellos(waiting)
 
     def start_worker(self, slot: Optional[Slot] = None) -> dict:

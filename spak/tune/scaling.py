@@ -11,7 +11,11 @@ they should hold in ``fa.expected.txt`` / ``fb.expected.txt`` (`spak sweep --lis
   1.2 / N; the time breakdown (spak.tune.timeline) per run and GPU; rows per GPU;
 - ranking: the best config per shape in each run against N=1's; where they differ, the
   margins (each run's TFLOPS of its winner over the other's winner) say whether the
-  difference is beyond the noise (``NOISE``);
+  difference is beyond the noise (``NOISE``) and beyond the two rows' own spread (the
+  (p75 - p25) / median of their timed batches);
+- first launches: per GPU, each worker's first launch of a variant (~0.13 s on an H200
+  even from the disk cache) and its later launches of it (spak.tune.slots keeps shapes
+  that share variants on one GPU);
 - per GPU: each GPU's TFLOPS over the N=1 run's (gpu0) for the same shape and config
   (median and range), and the measurements where GPUs disagree (spak.tune.merge);
 - faults: nothing lost (every expected job has a row), nothing doubled (no job twice on
@@ -31,7 +35,7 @@ from spak.results.jsonl import read_results
 from spak.tune.merge import disagreement_lines, merge_gpu_rows
 
 __all__ = ["NOISE", "load_run", "scaling", "ranking", "per_gpu_speed", "fault_check",
-           "expected_jobs", "analyze", "main"]
+           "expected_jobs", "first_launches", "analyze", "main"]
 
 #: Two configs closer than this (relative TFLOPS) are a tie for the ranking check: runs of
 #: one config on one H100 differed by up to ~7% at D=128 (results/sweep-gpus-one-h100-...).
@@ -73,19 +77,26 @@ def scaling(runs: dict) -> dict:
     return out
 
 
-def _best(rows) -> dict:
-    """case -> {config id: TFLOPS} of SPAK's ok rows (the default config as "default")."""
-    by = defaultdict(dict)
+def _best(rows) -> tuple[dict, dict]:
+    """(case -> {config id: TFLOPS}, case -> {config id: spread}) of SPAK's ok rows (the
+    default config as "default"); spread: the row's (p75 - p25) / median of its timed
+    batches, 0 when absent."""
+    by, spread = defaultdict(dict), defaultdict(dict)
     for r in merge_gpu_rows(rows):
         if r.get("status") == "ok" and r.get("tflops") and str(r["provider"]).startswith("spak-"):
             by[r["case"]][r["config_id"]] = float(r["tflops"])
-    return by
+            spread[r["case"]][r["config_id"]] = float(r.get("spread") or 0.0)
+    return by, spread
 
 
 def ranking(a_rows, b_rows) -> dict:
-    """Best config per shape in run a against run b (see the module doc)."""
-    a, b = _best(a_rows), _best(b_rows)
-    same, ties, differ = [], [], []
+    """Best config per shape in run a against run b (see the module doc). Where the
+    winners differ: a tie when a margin is within NOISE; "within_spread" when a margin is
+    within the larger spread of its run's two rows (the batches of one row vary more than
+    the two configs differ: the issue's "margins exceed the spread" does not hold); else a
+    real difference ("differ")."""
+    (a, sa), (b, sb) = _best(a_rows), _best(b_rows)
+    same, ties, noisy, differ = [], [], [], []
     for case in sorted(set(a) & set(b)):
         wa, wb = max(a[case], key=a[case].get), max(b[case], key=b[case].get)
         if wa == wb:
@@ -93,10 +104,18 @@ def ranking(a_rows, b_rows) -> dict:
             continue
         ma = a[case][wa] / a[case].get(wb, float("nan")) - 1       # a's margin for wa
         mb = b[case][wb] / b[case].get(wa, float("nan")) - 1
-        item = {"case": case, "a": wa, "b": wb, "margin_a": ma, "margin_b": mb}
-        (differ if min(ma, mb) > NOISE else ties).append(item)
+        sp_a = max(sa[case].get(wa, 0.0), sa[case].get(wb, 0.0))
+        sp_b = max(sb[case].get(wa, 0.0), sb[case].get(wb, 0.0))
+        item = {"case": case, "a": wa, "b": wb, "margin_a": ma, "margin_b": mb,
+                "spread_a": sp_a, "spread_b": sp_b}
+        if not min(ma, mb) > NOISE:
+            ties.append(item)
+        elif not (ma > sp_a and mb > sp_b):
+            noisy.append(item)
+        else:
+            differ.append(item)
     return {"shapes": len(set(a) & set(b)), "same": len(same), "ties": ties,
-            "differ": differ}
+            "within_spread": noisy, "differ": differ}
 
 
 def per_gpu_speed(rows, base_rows) -> dict:
@@ -150,6 +169,35 @@ def fault_check(run: dict, expected: set) -> dict:
                         for r in rows if r.get("attempts")]}
 
 
+def first_launches(rows) -> dict:
+    """gpu_index -> {variants, first_s, first_median_s, repeat_s}: the first calls of the
+    swept and default configs, split into each worker's first launch of a compile unit
+    (a variant: cuTile's front end and disk-cache lookup run once per process) and
+    launches of a variant that worker had launched before (another shape, same unit)."""
+    from spak import families
+    seen, out = set(), defaultdict(lambda: {"first": [], "repeat": []})
+    for r in rows:
+        fc = r.get("first_call_s")
+        if not str(r.get("provider", "")).startswith("spak-") or not isinstance(fc, (int, float)):
+            continue
+        fam = families.get(r.get("family", families.DEFAULT))
+        try:
+            unit = fam.compile_unit(r["kernel"], fam.parse(r["case"]), r.get("config") or {},
+                                    r["config_id"])
+        except Exception:  # noqa: BLE001 -- a row this code cannot place: skipped
+            continue
+        if unit is None:
+            continue
+        g = str(r.get("gpu_index"))
+        key = (g, unit["unit_id"])
+        out[g]["repeat" if key in seen else "first"].append(float(fc))
+        seen.add(key)
+    return {g: {"variants": len(v["first"]), "first_s": sum(v["first"]),
+                "first_median_s": statistics.median(v["first"]) if v["first"] else None,
+                "repeat_s": sum(v["repeat"]), "repeats": len(v["repeat"])}
+            for g, v in sorted(out.items())}
+
+
 def analyze(d) -> dict:
     d = Path(d)
     runs = {n: load_run(d / f"{n}.jsonl") for n in ("n1", "n2", "n4", "n4warm")
@@ -161,6 +209,7 @@ def analyze(d) -> dict:
             res["ranking"][n] = ranking(run["rows"], base)
         if base:
             res["per_gpu"][n] = per_gpu_speed(run["rows"], base)
+    res["first_launches"] = {n: first_launches(run["rows"]) for n, run in runs.items()}
     res["disagree"] = disagreement_lines(merge_gpu_rows(
         r for n in ("n1", "n2", "n4") if n in runs for r in runs[n]["rows"]))
     for f in ("fa", "fb"):
@@ -187,13 +236,21 @@ def summary_lines(res: dict) -> list[str]:
     for n, r in res["ranking"].items():
         lines.append(f"ranking {n} vs n1: {r['same']}/{r['shapes']} shapes same best config;"
                      f" {len(r['ties'])} differ within {NOISE:.0%} (ties), "
-                     f"{len(r['differ'])} beyond")
+                     f"{len(r.get('within_spread', ()))} beyond {NOISE:.0%} but within the "
+                     f"rows' spread, {len(r['differ'])} beyond both")
         lines += [f"  {x['case']}: {x['a']} vs {x['b']} (margins {x['margin_a']:+.1%}, "
-                  f"{x['margin_b']:+.1%})" for x in r["differ"] + r["ties"]]
+                  f"{x['margin_b']:+.1%}; rows' spread {x['spread_a']:.1%}, "
+                  f"{x['spread_b']:.1%})"
+                  for x in r["differ"] + r.get("within_spread", []) + r["ties"]]
     for n, g in res["per_gpu"].items():
         lines.append(f"per-GPU TFLOPS / n1's ({n}): " + "; ".join(
             f"gpu{k} x{v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}] n={v['n']}"
             for k, v in g.items()))
+    for n, fl in res.get("first_launches", {}).items():
+        lines.append(f"first launches of a variant per worker ({n}): " + "; ".join(
+            f"gpu{g} {v['variants']} in {v['first_s']:.1f} s (median "
+            f"{_s(v['first_median_s'] and 1e3 * v['first_median_s'], '{:.0f}')} ms), "
+            f"{v['repeats']} repeats {v['repeat_s']:.1f} s" for g, v in fl.items()))
     lines.append(f"GPUs that disagree beyond the spread (n1+n2+n4 merged): "
                  f"{len(res['disagree'])}")
     lines += ["  " + x for x in res["disagree"][:20]]

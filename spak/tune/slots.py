@@ -7,7 +7,11 @@ made on one GPU). An idle GPU takes the next job of its own shapes in plan order
 first); with none ready (a compile still running) it has that compile moved to the front
 and claims another shape, the unclaimed one with the most modelled work left (the
 largest first: the sweep ends with small shapes, so the GPUs finish together), else one
-another GPU claimed but has not started.
+another GPU claimed but has not started. Among those, a GPU first takes the shapes that
+share compile units (variants) with its own and avoids those of the other GPUs' shapes:
+each variant's first launch in a worker costs ~0.13 s even from the disk cache, so
+spreading the variants of one (head dim, causal) over every GPU doubled the sweep's first
+calls on 4 GPUs (results/issue36-h200x4-2026-11-28).
 
 Work stealing at the end. With no shape left to claim, an idle GPU helps with the shape
 that has the most configs left (more than twice its peer and default jobs): it times that
@@ -75,16 +79,19 @@ class ShapeQueue:
         self.started: set = set()           # cases with a job dispatched in this run
         self.anchors: dict = {}             # case -> [peer and default jobs]
         self.have_anchors: set = set()      # (case, provider, config_id, gpu) timed already
+        self.units: dict = {}               # case -> the compile unit ids of its jobs
         self.on_added = lambda jobs: None
         self.steal = True
 
     def set_jobs(self, jobs: list[Job], have_anchors=frozenset()) -> None:
         """Every job of the run (their anchors), and the anchors a resumed sweep has already
         timed, as (case, provider, config_id, gpu)."""
-        self.anchors = {}
+        self.anchors, self.units = {}, {}
         for j in jobs:
             if j.anchor and j.pin is None:
                 self.anchors.setdefault(j.case, []).append(j)
+            if j.unit is not None:
+                self.units.setdefault(j.case, set()).add(j.unit["unit_id"])
         self.have_anchors = set(have_anchors)
 
     def adopt(self, claims: dict, slots: list) -> None:
@@ -117,11 +124,30 @@ class ShapeQueue:
                 if self.compiler.ready(j.unit):
                     startable.add(j.case)
         free = [c for c in startable if self.claims.get(c) is None or self.claims[c].retired]
-        pick = max(free or startable, key=work.get, default=None)
+        mine, theirs = self._units_of(slot)
+        pick = max(free or startable, default=None, key=lambda c: (
+            len(self.units.get(c, set()) & mine), -len(self.units.get(c, set()) & theirs),
+            work[c]))
         if pick is not None:
             self.claims[pick] = slot
             self.helpers.pop(pick, None)
         return pick
+
+    def _units_of(self, slot: Slot) -> tuple[set, set]:
+        """(compile units of the shapes ``slot`` times, those of the other GPUs' shapes).
+
+        A worker's first launch of a variant costs ~0.1-0.2 s even when a helper built its
+        cubin (cuTile's front end, the disk-cache lookup, the module load: 130 ms median on
+        an H200, results/issue36-h200x4-2026-11-28), once per process. Shapes that share
+        variants (same head dim, causal, dtype and extents' divisibility) are kept on one
+        GPU, so each variant's first launch is paid once per sweep, not once per GPU."""
+        mine, theirs = set(), set()
+        for case, owner in self.claims.items():
+            (mine if owner is slot else theirs).update(self.units.get(case, ()))
+        for case, helpers in self.helpers.items():
+            if slot in helpers:
+                mine.update(self.units.get(case, ()))
+        return mine, theirs
 
     def _pin_anchors(self, slot: Slot, case: str, todo: list[Job]) -> None:
         """Make ``slot`` a helper of ``case``: copies of the case's anchors pinned to it go
@@ -149,7 +175,8 @@ class ShapeQueue:
         worth = [c for c, n in left.items() if n > 2 * len(self.anchors.get(c, ()))]
         if not worth or not self.steal:
             return None
-        case = max(worth, key=left.get)
+        mine, _ = self._units_of(slot)
+        case = max(worth, key=lambda c: (len(self.units.get(c, set()) & mine), left[c]))
         self._pin_anchors(slot, case, todo)
         return case
 

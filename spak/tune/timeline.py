@@ -22,6 +22,18 @@ class GpuClock:
         self.fault_s = 0.0          # jobs that timed out or crashed their worker
         self.wait_compile_s = 0.0   # idle while jobs were left (their variant still compiling)
         self.tail_s = 0.0           # idle with no job left to start
+        self.startup_phases: dict = {}   # the first start's: interpreter, torch import, ...
+
+    def started(self, spawned: float, startup) -> None:
+        """A worker said hello; ``startup``: its hello's "startup" (main_at, ready_at on
+        this host's monotonic clock, phases). The first start's phases are kept."""
+        if self.startup_phases or not isinstance(startup, dict):
+            return
+        now = time.monotonic()
+        ph = {"interpreter": max(0.0, startup.get("main_at", spawned) - spawned)}
+        ph.update({k: float(v) for k, v in (startup.get("phases") or {}).items()})
+        ph["other"] = max(0.0, now - spawned - sum(ph.values()))
+        self.startup_phases = ph
 
     def job_done(self, seconds: float, row: dict) -> None:
         self.jobs += 1
@@ -43,7 +55,7 @@ class GpuClock:
                 "first_call_s": self.first_call_s,
                 "timing_s": max(0.0, self.busy_s - self.first_call_s - self.fault_s),
                 "fault_s": self.fault_s, "wait_compile_s": self.wait_compile_s,
-                "tail_s": self.tail_s}
+                "tail_s": self.tail_s, "startup_phases": dict(self.startup_phases)}
 
 
 def breakdown(sweep) -> dict:
@@ -58,8 +70,32 @@ def breakdown(sweep) -> dict:
             "compile": {"helpers": c.helpers_started, "units": c.units_done,
                         "cpu_s": c.compile_s,
                         "done_after_s": (c.last_done - run_t0) if c.last_done and run_t0
-                        else None},
+                        else None,
+                        "ready_s": _spread(getattr(c, "ready_s", ())),
+                        "phases": _median_phases(getattr(c, "phases", ()))},
             "gpus": [{"gpu_index": s.index, **s.clock.as_dict()} for s in sweep.slots]}
+
+
+def _spread(xs) -> dict | None:
+    """{min, median, max} of ``xs``, or None when empty."""
+    xs = sorted(xs)
+    return {"min": xs[0], "median": xs[len(xs) // 2], "max": xs[-1]} if xs else None
+
+
+def _median_phases(phases) -> dict:
+    """The median of each start-up phase over the processes that reported it."""
+    keys = sorted({k for p in phases for k in p})
+    return {k: _spread([p[k] for p in phases if k in p])["median"] for k in keys}
+
+
+#: start-up phases as printed
+PHASE_NAMES = {"interpreter": "python", "torch_import": "torch import",
+               "cuda_context": "CUDA context", "cutile_import": "cuTile import",
+               "fake_startup": "fake start-up", "other": "other"}
+
+
+def _phases(ph: dict) -> str:
+    return ", ".join(f"{PHASE_NAMES.get(k, k)} {v:.1f}" for k, v in ph.items())
 
 
 def _s(x) -> str:
@@ -73,10 +109,15 @@ def breakdown_lines(b: dict) -> list[str]:
              f"+ jobs {_s(b['run_s'])}; compile helpers: {c['helpers']} started, "
              f"{c['units']} variants built in {_s(c['cpu_s'])} of helper time, the last "
              f"{_s(c['done_after_s'])} into the jobs"]
+    if c.get("ready_s"):
+        r = c["ready_s"]
+        lines.append(f"  compile helpers ready {r['min']:.1f}-{r['max']:.1f} s after their "
+                     f"spawn (median {r['median']:.1f} s: {_phases(c.get('phases') or {})})")
     for g in b["gpus"]:
         who = "the GPU" if g["gpu_index"] is None else f"gpu{g['gpu_index']}"
+        ph = f" ({_phases(g['startup_phases'])})" if g.get("startup_phases") else ""
         lines.append(
-            f"  {who}: {g['jobs']} jobs; start-up {_s(g['startup_s'])}, busy "
+            f"  {who}: {g['jobs']} jobs; start-up {_s(g['startup_s'])}{ph}, busy "
             f"{_s(g['busy_s'])} (first calls {_s(g['first_call_s'])}, timing "
             f"{_s(g['timing_s'])}, faults {_s(g['fault_s'])}), waiting for compiles "
             f"{_s(g['wait_compile_s'])}, idle at the end {_s(g['tail_s'])}")

@@ -5,7 +5,8 @@
 Commands arrive on stdin, one JSON object a line; replies go to file descriptor N, one
 JSON object a line (stdout and stderr stay free for cuTile's and torch's own chatter):
 
-    {"op": "hello"}               -> {"hello": {gpu, arch, ...}}
+    {"op": "hello"}               -> {"hello": {gpu, arch, ..., startup: {main_at,
+                                      ready_at (monotonic clock), phases: {name: s}}}}
     {"op": "job", "job": {...}}   -> {"result": {...}}   (role worker: check + time one config)
     {"op": "compile", "unit": {}} -> {"compiled": {...}} (role compile: JIT-compile one variant)
     {"op": "exit"} or end of stdin -> the process exits
@@ -87,6 +88,7 @@ class FakeRunner:
         self.delay = float(self.spec.get("delay_s", 0.01))
         self.compile_delay = float(self.spec.get("compile_delay_s", 0.01))
         time.sleep(float(self.spec.get("startup_s", 0.0)))
+        self.phases = {"fake_startup": float(self.spec.get("startup_s", 0.0))}
 
     def hello(self) -> dict:
         return {"gpu": self.spec.get("gpu", "Fake GPU"), "arch": self.spec.get("arch", "sm_90"),
@@ -148,13 +150,27 @@ class GpuRunner:
     """
 
     def __init__(self, opts: dict):
+        # Start-up phases (seconds), in the hello: the 12-14 s start-ups of the 4x H200 run
+        # (a lone restart took ~4 s) were one number; these tell which part grows when
+        # 36 processes start together.
+        self.phases: dict = {}
+        t = time.monotonic()
         import torch
+        self.phases["torch_import"] = time.monotonic() - t
         # "device" is for the CPU tests only (with torch.cuda's timing calls stubbed out)
         self.device = opts.get("device", "cuda")
+        t = time.monotonic()
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("no CUDA GPU visible to PyTorch (torch.cuda.is_available() is "
                                "False); `spak sweep` needs one (the CPU loop is `spak sim`)")
+        if self.device == "cuda":
+            # The primary context now (start-up), not inside the first job's timing.
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
+        self.phases["cuda_context"] = time.monotonic() - t
+        t = time.monotonic()
         import cuda.tile as ct
+        self.phases["cutile_import"] = time.monotonic() - t
         self.torch = torch
         self.ct = ct
         self.opts = dict(opts)
@@ -406,6 +422,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runner", default="gpu")
     ap.add_argument("--opts", default="{}", help="timing options, JSON")
     ap.add_argument("--parent", type=int, default=None, help="parent pid (exit if it dies)")
+    main_at = time.monotonic()        # CLOCK_MONOTONIC: the parent's clock too (one host)
     ns = ap.parse_args(argv)
     _die_with_parent()
     if ns.parent is not None and os.getppid() != ns.parent:
@@ -428,6 +445,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 -- the parent prints it and stops
         reply({"fatal_setup": f"{type(exc).__name__}: {exc}"})
         return 2
+    ready_at = time.monotonic()
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -437,7 +455,9 @@ def main(argv=None) -> int:
         if op == "exit":
             break
         if op == "hello":
-            reply({"hello": runner.hello()})
+            reply({"hello": {**runner.hello(), "startup": {
+                "main_at": main_at, "ready_at": ready_at,
+                "phases": dict(getattr(runner, "phases", None) or {})}}})
         elif op == "job":
             t0 = time.perf_counter()
             try:
