@@ -95,6 +95,7 @@ def test_copy_peer_moves_the_familys_bytes_and_is_not_compared(fake_cuda):
 def test_error_ratios_are_ours_over_each_peers():
     rows = [{"provider": "spak-fused", "kernel": "fused", "rel_l2": 1e-4},
             {"provider": "sdpa-flash", "kernel": None, "rel_l2": 2e-4},
+            {"provider": "fwd+bwd:spak-fused", "kernel": None, "rel_l2": 1e-4},
             {"provider": "copy", "kernel": None}]
     case.error_ratios(rows)
     assert rows[0]["err_ratio"] == {"sdpa-flash": pytest.approx(0.5)}
@@ -359,3 +360,40 @@ def test_report_puts_off_grid_lengths_beside_their_aligned_neighbours():
     assert lines == ["- 16x12x1000x64 / 16x12x1024x64: 0.950, forward + backward 0.950",
                      "- 2x32:8x8191x128 / 2x32:8x8192x128: 0.750 (below 0.95), forward + "
                      "backward 0.675 (below 0.95)"]
+
+
+@pytest.mark.slow
+def test_the_issue_35_gpu_jobs_backward_run_and_report_on_the_simulator(sim_launch,
+                                                                        monkeypatch,
+                                                                        tmp_path, capsys):
+    """.gpujobs/i35.sh's backward command (peers sdpa, flush timing, --repeats 2) end to end
+    on the simulator, then `spak report` of its rows: the rows carry deterministic and
+    err_ratio, the forward + backward table and the off-16 line are there."""
+    import functools
+    import json
+    from spak.cli import main
+    from spak.device import gpurun
+    from tests.helpers_gpu_loop import patch_run_env
+    patch_run_env(monkeypatch, torch)
+    monkeypatch.setattr(gpurun, "matmul_ceiling", lambda *a, **k: {"tflops": 900.0,
+                                                                   "ms_median": 1.0})
+    monkeypatch.setattr(timing, "FLUSH_BYTES", 1024)
+    monkeypatch.setattr(timing, "time_flushed",
+                        functools.partial(timing.time_flushed, device="cpu", max_calls=5))
+    out = tmp_path / "run.jsonl"
+    code = main(["run", "--family", "fmha_bwd", "--peers", "sdpa", "--no-sim", "--timing",
+                 "flush", "--repeats", "2", "--dtype", "fp16", "--shapes",
+                 "1x2x40x16/causal", "1x2x48x16/causal", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    ours = [r for r in rows if r["provider"] == "spak-fused"]
+    assert len(ours) == 2 and all(r["deterministic"] and r["passed"] for r in ours)
+    assert all(set(r["err_ratio"]) == {"sdpa-flash", "fwd+bwd:sdpa-flash"} for r in ours)
+    assert all(r["timing_mode"] == "flush" and r["tflops"] > 0 for r in ours)
+    assert "deterministic (a second call's bits) 2/2" in printed
+    assert main(["report", str(out), "--family", "fmha_bwd", "--no-plots", "--out-dir",
+                 str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "### Forward + backward" in md and "### Lengths off the 16-grid" in md
+    assert "- 1x2x40x16 / 1x2x48x16: " in md

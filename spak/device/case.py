@@ -166,9 +166,10 @@ def _peer_rows(fam, spec, sets, ref, args):
 
 def error_ratios(rows: list[dict]) -> None:
     """Each of our rows' error over each checked peer's (rel L2 vs float64), as
-    "err_ratio": {peer: ours / peer} (below 1: ours is closer to float64)."""
+    "err_ratio": {peer: ours / peer} (below 1: ours is closer to float64). SPAK's own
+    peer rows (fwd+bwd:spak-fused) are not peers of it here."""
     peers = {r["provider"]: r["rel_l2"] for r in rows
-             if not r.get("kernel") and r.get("rel_l2")}
+             if not r.get("kernel") and r.get("rel_l2") and "spak" not in r["provider"]}
     for r in rows:
         if r.get("kernel") and r.get("rel_l2") is not None and peers:
             r["err_ratio"] = {p: r["rel_l2"] / e for p, e in peers.items()}
