@@ -397,3 +397,25 @@ def test_the_issue_35_gpu_jobs_backward_run_and_report_on_the_simulator(sim_laun
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "### Forward + backward" in md and "### Lengths off the 16-grid" in md
     assert "- 1x2x40x16 / 1x2x48x16: " in md
+
+
+def test_precompile_units_follow_the_runs_configs():
+    """tools/precompile.py's units: one per (problem, config), duplicates merged, --tiles
+    and --config giving the configs `spak run --tiles` and tools/bwd_split_ab.py launch."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "precompile", Path(__file__).resolve().parents[1] / "tools" / "precompile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    units = mod.units
+    fwd = units("fmha_fwd", ["1x2x1000x64/noncausal", "1x2x1000x64/noncausal"],
+                tiles=("default", (128, 128), (64, 64)), device="cpu")
+    assert [u["config_id"] for u in fwd] == ["128x128", "64x64"]     # default is 128x128 here
+    assert fwd[1]["config"] == {"TILE_M": 64, "TILE_N": 64} and fwd[0]["family"] == "fmha_fwd"
+    old = {"DKV_TILE_M": 32, "DKV_TILE_N": 32, "DKV_SPLIT": 1}
+    (u,) = units("fmha_bwd", ["2x4:2x1000x256/causal"], config=old, device="cpu")
+    assert u["config"]["DKV_TILE_M"] == 32 and u["config"]["DKV_SPLIT"] == 1
+    assert u["config"]["DQ_TILE_M"] == get("fmha_bwd").default_config(
+        get("fmha_bwd").parse("2x4:2x1000x256/causal/fp16"))["DQ_TILE_M"]
+    assert len(units("fmha_bwd", ["2x4:2x1000x256/causal"], dtype="all", device="cpu")) == 2
