@@ -419,3 +419,19 @@ def test_precompile_units_follow_the_runs_configs():
     assert u["config"]["DQ_TILE_M"] == get("fmha_bwd").default_config(
         get("fmha_bwd").parse("2x4:2x1000x256/causal/fp16"))["DQ_TILE_M"]
     assert len(units("fmha_bwd", ["2x4:2x1000x256/causal"], dtype="all", device="cpu")) == 2
+
+
+@pytest.mark.parametrize("family", ["fmha_fwd", "fmha_bwd"])
+def test_spak_run_lists_the_train_set_for_both_families(family, capsys):
+    """`spak run --shapes train` parses for the forward and the backward alike (44 problems
+    with dtype open), and the GPU job's slice is part of it."""
+    from spak.attention.problems import SHAPE_SETS
+    from spak.cli import main
+    assert main(["run", "--family", family, "--list", "--dtype", "all", "--shapes",
+                 "train"]) == 0
+    cases = capsys.readouterr().out.split()
+    assert len(cases) == 2 * len(SHAPE_SETS["train"]) == 44
+    for shape in ("16x32:8x1000x128/causal", "16x32:8x1024x128/causal",
+                  "16x12x1000x64/causal", "16x12x1024x64/causal", "2x16:8x4096x256/causal",
+                  "4x32:8x4096x128/causal", "1x32:8x16384x128/causal"):
+        assert f"{shape.split('/')[0]}/bf16/causal" in cases and shape in SHAPE_SETS["train"]
