@@ -261,6 +261,16 @@ def test_rows_say_whether_a_second_call_gives_the_same_bits(sim_launch, monkeypa
     (row,) = case.run_case(spec, ("fused",), args, sim_env(), None, lambda r: None, FWD)
     assert row["passed"] and row["deterministic"] is False and len(made) == 2
     assert "deterministic (a second call's bits) 0/1" in table.summary([row], FWD)
+    made.clear()
+
+    def second_fails(kernel, problem, inputs, config, *, alloc=None):
+        made.append(1)
+        if len(made) == 2:
+            raise RuntimeError("CUDA out of memory")
+        return real(kernel, problem, inputs, config, alloc=alloc)
+    monkeypatch.setattr(FWD, "gpu_call", second_fails)
+    (row,) = case.run_case(spec, ("fused",), args, sim_env(), None, lambda r: None, FWD)
+    assert row["passed"] and row["error"] is None and row["deterministic"] is None
     a = torch.tensor([float("nan"), 1.0])
     assert case.same_bits(a, a.clone()) and not case.same_bits(a, a.half())
 
