@@ -3,8 +3,8 @@
 Marked `gpu`: skipped without a CUDA GPU (conftest.py). Gradients are checked against float64
 torch autograd of the reference attention, next to SDPA's own error on the same inputs;
 torch.compile(fullgraph=True), CUDA graphs, compile + graphs, max-autotune inside an
-nn.Module, activation checkpointing, determinism and the error paths. The benchmark over
-the standard shapes is ci/bwd_bench.py@f3e1eb2.
+nn.Module, activation checkpointing, determinism and the error paths. The benchmark is
+`spak run --family fmha_bwd` (docs/fmha-training.md; ci/bwd_bench.py@f3e1eb2 before).
 """
 from __future__ import annotations
 

@@ -3,14 +3,15 @@ block per key tile, DKV_SPLIT 1: its [keys, 256] float32 accumulators spill, 120
 thread on sm_90) against the new default (64 x 64 in two column parts, DKV_SPLIT 2: no
 spills), in one run on one GPU. On a GPU:
 
-    python ci/bwd_split_ab.py [--pairs 20] [--dtypes fp16 bf16]
+    python tools/bwd_split_ab.py [--pairs 20] [--dtypes fp16 bf16]
 
 Per shape (Gemma-2's heads, D 256, causal): the forward with LSE once (spak's training op),
 then the backward's launches alone (spak.gpu.launch.fmha_bwd_into) with each config, timed
 in alternating pairs (CUDA events; the median of new/old time ratios) and as TFLOPS (2.5x
 the forward's FLOPs); dQ, dK, dV of the two compared bit for bit (the simulator says they
-are identical) and against float64 on a slice of the first head group is left to
-ci/bwd_bench.py. Prediction recorded before the run (gpu/plan_bwd.default_dkdv_split):
+are identical). Errors against float64 and cuDNN, the simulator's bits and the new default's
+speed beside SDPA are `spak run --family fmha_bwd --shapes 2x16:8x4096x256/causal`'s
+(docs/harness.md). Prediction recorded before the run (gpu/plan_bwd.default_dkdv_split):
 the backward at 0.7-0.85x the old time.
 """
 from __future__ import annotations

@@ -9,7 +9,9 @@ then each timed call is ``torch.autograd.grad(out, (q, k, v), dout, retain_graph
 Forward+backward peers ("fwd+bwd:sdpa-cudnn", ..., "fwd+bwd:spak-fused") time a training
 step's attention: forward, then the gradients (SPAK: the fused forward with LSE and the
 backward's launches, planned once per set; the FLOPs of such a row are 3.5x the
-forward's, PeerCall.flops).
+forward's, PeerCall.flops). `--timing eager` times SPAK through its public entry instead:
+spak.fmha and autograd (spak_eager_backward for the backward's row, PeerCall.eager for
+fwd+bwd:spak-fused), as a training program calls it.
 
 Rows that see no key (a mask row all masked, causal with Sq > Sk): SDPA's softmax of such a
 row is NaN, and so would be every gradient it touches. Our convention gives them no
@@ -24,7 +26,8 @@ import math
 
 from spak.device.calls import PeerCall
 
-__all__ = ["FWD_BWD", "SPAK_FWD_BWD", "bwd_peers", "bwd_peer_reference", "peer_names"]
+__all__ = ["FWD_BWD", "SPAK_FWD_BWD", "bwd_peers", "bwd_peer_reference", "peer_names",
+           "spak_eager_backward"]
 
 #: the prefix of a forward+backward provider
 FWD_BWD = "fwd+bwd:"
@@ -138,6 +141,48 @@ def _spak_fwd_bwd(fam, problem, device):
     return run
 
 
+def _spak_fmha(problem, kernel: str = "fused"):
+    """f(q, k, v, x): spak.fmha, the public entry, on leaves q, k, v with set x's mask
+    (SPAK's own conventions: no peer adjustment)."""
+    from spak.api import fmha
+    gqa = problem.Hq != problem.Hkv
+
+    def f(q, k, v, x):
+        return fmha(q, k, v, is_causal=problem.causal, attn_mask=x.get("mask"),
+                    enable_gqa=gqa, kernel=kernel)
+    return f
+
+
+def spak_eager_backward(problem, x, kernel: str = "fused"):
+    """call(): the backward as a training program runs it, timed like SDPA's backward
+    peers: spak.fmha's forward on set x once (on the first call, its graph kept), then
+    torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), i.e. the autograd node
+    calling torch.ops.spak.fmha_bwd with the config spak.fmha looks up."""
+    import torch
+    f, leaves, graph = _spak_fmha(problem, kernel), _leaves(x), []
+
+    def call():
+        if not graph:
+            with torch.enable_grad():
+                graph.append(f(*leaves, x))
+        return torch.autograd.grad(graph[0], leaves, x["dout"], retain_graph=True)
+    return call
+
+
+def _spak_eager_fwd_bwd(problem):
+    """run(x): a training step's attention through the public entry: spak.fmha, then
+    torch.autograd.grad (`--timing eager` of fwd+bwd:spak-fused)."""
+    import torch
+    f = _spak_fmha(problem)
+
+    def run(x):
+        leaves = _leaves(x)
+        with torch.enable_grad():
+            out = f(*leaves, x)
+        return torch.autograd.grad(out, leaves, x["dout"])
+    return run
+
+
 def bwd_peers(fam, problem, inputs, names) -> dict:
     """{name: PeerCall} for the names (peer_names()), on input sets shaped like
     ``inputs``; ValueError for a name the family does not know."""
@@ -153,7 +198,8 @@ def bwd_peers(fam, problem, inputs, names) -> dict:
     for name in names:
         if name == SPAK_FWD_BWD:
             out[name] = PeerCall(run=_spak_fwd_bwd(fam, problem, inputs["q"].device),
-                                 outputs=_grads, flops=fwd_bwd_flops)
+                                 outputs=_grads, flops=fwd_bwd_flops,
+                                 eager=_spak_eager_fwd_bwd(problem))
             continue
         both = name.startswith(FWD_BWD)
         backend = getattr(SDPBackend, BACKENDS[name[len(FWD_BWD):] if both else name])

@@ -63,6 +63,9 @@ class PeerCall:
               backward row beside a backward's peers); None: the family's
     checked   False for a peer that computes something else at the same cost (the
               same-size copy of a bandwidth-bound family): timed, never compared
+    eager     eager(inputs): the same work through a public entry, which `--timing eager`
+              times instead of ``run`` (SPAK's forward + backward through spak.fmha's
+              autograd); None: ``run``
     """
     run: Callable[[Mapping], Any]
     outputs: Callable[[Any], dict] = _single_output
@@ -70,6 +73,7 @@ class PeerCall:
     context: Callable[[], ContextManager] = contextlib.nullcontext
     flops: Optional[float] = None
     checked: bool = True
+    eager: Optional[Callable[[Mapping], Any]] = None
 
 
 @dataclasses.dataclass

@@ -4,8 +4,9 @@ references, our kernel's launches, the peers, the simulator slice, FLOPs) comes 
 family (spak.families.base.KernelFamily, "the GPU loop").
 
 For every kernel: first call into NaN-poisoned outputs (its time includes the compile),
-the family's check against float64 and the peer reference, the agreement with the
-simulator on a slice; for every peer: its first call (a refusal is "skipped"), NaN/Inf and
+the family's check against float64 and the peer reference, a second call's bits against
+the first's (the row's "deterministic"), the agreement with the simulator on a slice;
+for every peer: its first call (a refusal is "skipped"), NaN/Inf and
 its error vs float64. Then all of them are timed in turns (spak.device.timing).
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from spak.device.calls import first_tensor, shared_alloc
 from spak.device.checks import nonfinite, rel_l2
 from spak.device.failures import failure_text
 
-__all__ = ["run_case", "guarded_case", "problem_fields", "time_providers"]
+__all__ = ["run_case", "guarded_case", "problem_fields", "time_providers", "same_bits"]
 
 
 def problem_fields(fam, problem) -> dict:
@@ -111,6 +112,8 @@ def run_case(spec, kernels, args, env, ceiling: Optional[float], emit, fam=None)
             if peer is not None and row.get("error") is None and not row.get("skipped"):
                 timers[name] = functools.partial(_on_set, peer.run, sets)
                 contexts[name] = peer.context
+                if peer.eager is not None:
+                    eager[name] = functools.partial(_on_set, peer.eager, sets)
             done.append(row)
     for mode in _modes(args):
         time_providers(done, {**timers, **eager} if mode == "eager" else timers, n_sets,
@@ -163,9 +166,10 @@ def _peer_rows(fam, spec, sets, ref, args):
 
 def error_ratios(rows: list[dict]) -> None:
     """Each of our rows' error over each checked peer's (rel L2 vs float64), as
-    "err_ratio": {peer: ours / peer} (below 1: ours is closer to float64)."""
+    "err_ratio": {peer: ours / peer} (below 1: ours is closer to float64). SPAK's own
+    peer rows (fwd+bwd:spak-fused) are not peers of it here."""
     peers = {r["provider"]: r["rel_l2"] for r in rows
-             if not r.get("kernel") and r.get("rel_l2")}
+             if not r.get("kernel") and r.get("rel_l2") and "spak" not in r["provider"]}
     for r in rows:
         if r.get("kernel") and r.get("rel_l2") is not None and peers:
             r["err_ratio"] = {p: r["rel_l2"] / e for p, e in peers.items()}
@@ -198,6 +202,8 @@ def _our_kernel(fam, kernel, spec, sets, ref, peer_ref, args, env, device):
         call = fam.gpu_call(kernel, spec, sets[0], config)
         row["first_call_s"] = _first_call(call, env)       # includes the compile
         row.update(fam.gpu_check(spec, sets[0], call.outputs, ref, peer_ref))
+        row["deterministic"] = _deterministic(fam, kernel, spec, sets[0], config,
+                                              call.outputs)
         if not args.no_sim:
             row["sim"] = _agreement(fam, kernel, spec, sets[0], call.outputs, config, args,
                                     env)
@@ -209,6 +215,29 @@ def _our_kernel(fam, kernel, spec, sets, ref, peer_ref, args, env, device):
     except Exception as exc:  # noqa: BLE001 -- one failure (OOM too) is a row, not the end
         row["error"] = failure_text(exc)
     return row, timer
+
+
+def _deterministic(fam, kernel, spec, inputs, config, outputs):
+    """A second call on the same inputs, into fresh NaN-filled outputs, gives the first
+    call's bits in every output (no atomics, no reduction whose order varies by run);
+    None when the second call cannot run (out of memory beside the first: a naive
+    kernel's workspace), which is not the row's failure."""
+    import torch
+    try:
+        again = fam.gpu_call(kernel, spec, inputs, config)
+        again()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 -- the first call passed; only this check is lost
+        return None
+    return all(same_bits(outputs[n], again.outputs[n]) for n in fam.outputs)
+
+
+def same_bits(a, b) -> bool:
+    """Same dtype, shape and bytes (NaN payloads included: torch.equal says NaN != NaN)."""
+    import torch
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def _call_on_set(calls, i):

@@ -109,6 +109,9 @@ def summary(rows: list[dict], fam=None) -> str:
         frac = sum(s["fraction_bit_identical"] * s["elements"] for s in sims) / max(n, 1)
         parts.append(f"simulator bit-identical {100 * frac:.2f}% of {n} elements "
                      f"(worst {max(s['max_ulp'] for s in sims)} ulp)")
+    det = [r["deterministic"] for r in ours if r.get("deterministic") is not None]
+    if det:
+        parts.append(f"deterministic (a second call's bits) {sum(det)}/{len(det)}")
     by_case: dict = {}
     for r in rows:
         by_case.setdefault(r["case"], {})[r["provider"]] = r

@@ -172,6 +172,13 @@ class FmhaBackward(KernelFamily):
         from spak.device.bwd_gpu import bwd_compile_call
         return bwd_compile_call(self, unit, device)
 
+    def eager_call(self, kernel, problem, inputs):
+        """`--timing eager`: the backward through spak.fmha's autograd (forward once per
+        set, graph kept; each call torch.autograd.grad), what loss.backward() pays for the
+        attention; fwd+bwd:spak-fused's eager mode times spak.fmha + autograd together."""
+        from spak.device.bwd_peers import spak_eager_backward
+        return spak_eager_backward(problem, inputs, kernel)
+
     def peer_calls(self, problem, inputs, names=None) -> dict:
         from spak.device.bwd_peers import bwd_peers
         names = (*self.run_peers, *self.fwd_bwd_peers) if names is None else names

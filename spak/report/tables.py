@@ -1,9 +1,9 @@
 """`spak report`'s markdown: per (GPU, family, kernel, dtype) the providers per shape
 (SPAK tuned = the best of SPAK's configs, the default config included; SPAK default; the
-family's peers) with ratios and geometric means; per group of shapes (e.g. head dim x
-causal) a configs x shapes table with the best per shape in bold and starred and failures
-abbreviated; the failures with their errors; the leaderboard. Figures are in each
-family's metric (TFLOPS or GB/s)."""
+family's peers) with ratios and geometric means; key lengths off the 16-grid against their
+aligned neighbours; per group of shapes (e.g. head dim x causal) a configs x shapes table
+with the best per shape in bold and starred and failures abbreviated; the failures with
+their errors; the leaderboard. Figures are in each family's metric (TFLOPS or GB/s)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -140,6 +140,52 @@ def _fwd_bwd_table(fam, cases: dict) -> list[str]:
     return lines
 
 
+#: issue 35's target: a key length off the 16-grid within 5% of its aligned neighbour
+OFF_GRID_TARGET = 0.95
+
+
+def _attention_problem(fam, case: str):
+    """The problem of an attention case (B, Hq, Hkv, D, Sk, causal, mask), or None."""
+    try:
+        p = fam.parse(case)
+    except Exception:  # noqa: BLE001 -- a case the family cannot read
+        return None
+    return p if all(hasattr(p, a) for a in ("B", "Hq", "Hkv", "D", "Sk", "mask")) else None
+
+
+def _off_grid_lines(fam, cases: dict) -> list[str]:
+    """Each shape whose key length is off the 16-grid against its aligned neighbour in the
+    section (same heads, D, causal flag and mask; nearest Sk, then the same batch): SPAK's
+    figure over the neighbour's, and the forward + backward's where timed."""
+    unit = fam.metric
+    probs = {case: _attention_problem(fam, case) for case in cases}
+    probs = {c: p for c, p in probs.items() if p is not None}
+    both = fwd_bwd_providers(fam)[:1]
+    lines = []
+    for case, p in probs.items():
+        if p.Sk % 16 == 0:
+            continue
+        like = [(abs(a.Sk - p.Sk), a.B != p.B, c) for c, a in probs.items() if a.Sk % 16 == 0
+                and (a.Hq, a.Hkv, a.D, a.causal, a.mask) == (p.Hq, p.Hkv, p.D, p.causal, p.mask)]
+        if not like:
+            continue
+        near = min(like)[2]
+        parts = []
+        for label, key in (("", "tuned"), *(("forward + backward ", b) for b in both)):
+            x, y = _measure(cases[case].get(key), unit), _measure(cases[near].get(key), unit)
+            if x and y:
+                parts.append(f"{label}{x / y:.3f}" + ("" if x / y >= OFF_GRID_TARGET
+                                                      else " (below 0.95)"))
+        if parts:
+            lines.append(f"- {cases[case]['meta'].shape} / {cases[near]['meta'].shape}: "
+                         + ", ".join(parts))
+    if not lines:
+        return []
+    return ["### Lengths off the 16-grid", "",
+            f"SPAK's {unit} at a key length off the 16-grid over its aligned neighbour's "
+            f"(target >= {OFF_GRID_TARGET}):", "", *lines, ""]
+
+
 def _configs_table(fam, cases: dict, group: list) -> list[str]:
     """Configs x shapes for one group of shapes; [] when only `spak run` tiles are known."""
     unit = fam.metric
@@ -195,6 +241,7 @@ def _section(key, cases: dict, plots: dict, several_families: bool) -> list[str]
              + f"kernel `{kernel}` · {dtype}", ""]
     lines += _providers_table(fam, cases)
     lines += _fwd_bwd_table(fam, cases)
+    lines += _off_grid_lines(fam, cases)
     if plots.get(("providers",) + key):
         lines += [f"![{fam.metric} vs {next(iter(cases.values()))['place'].axis.lower()}]"
                   f"({plots[('providers',) + key]})", ""]
