@@ -212,3 +212,23 @@ def test_sim_slice_plans_what_the_gpu_call_planned(case, kernel):
         assert sl.problem.Hq % gt == 0 and sim_consts[pad] is False
     assert call.tiles["GROUP_PAD"] == (0 if kernel == "splitkv_pow2" else 1)
     assert config["GROUP_PAD"] == call.tiles["GROUP_PAD"]      # the row names the form run
+
+
+@pytest.mark.parametrize("form", [0, 1])
+def test_padding_rows_data_never_reaches_kv_head_0s_outputs(form):
+    """A padded tile's extra rows read the next group's queries on the GPU, zeros in the
+    agreement slice (kv head 0 alone): the simulator's outputs for kv head 0's heads must
+    not depend on which (the rows form, KT_FORM 0, and the keys form)."""
+    rng = np.random.default_rng(3)
+    g, sk, d = 7, 512, 64
+    q = rng.standard_normal((1, 1, 2 * g, d)).astype(np.float16)
+    k, v = (rng.standard_normal((1, sk, 2, d)).astype(np.float16) for _ in range(2))
+    lens = np.array([sk], np.int32)
+    tiles = {"KT_FORM": form}
+    both, _ = simulate_decode({"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": lens,
+                               "block_table": None}, num_splits=2, tiles=tiles)
+    alone, _ = simulate_decode({"q": q[:, :, :g].copy(), "k_cache": k[:, :, :1].copy(),
+                                "v_cache": v[:, :, :1].copy(), "cache_seqlens": lens,
+                                "block_table": None}, num_splits=2, tiles=tiles)
+    assert not np.isnan(alone).any()
+    assert np.array_equal(both[:, :, :g].view(np.uint16), alone.view(np.uint16))
