@@ -473,9 +473,11 @@ class FmhaDecode(KernelFamily):
         return self.gpu_reference(problem, inputs)
 
     def gpu_config(self, kernel, problem, device, tiles=None) -> dict:
+        """The config with the kernel's pinned knobs (_KERNEL_FORMS) in it, so the row's
+        tiles, the GPU call and the simulator's slice all see the same GROUP_PAD/KT_FORM."""
         if tiles is not None:                     # --tiles MxN: MAX_ROWS x TILE_N
-            return _tiles(tiles)
-        return super().gpu_config(kernel, problem, device)
+            return _form_tiles(kernel, _tiles(tiles))
+        return _form_tiles(kernel, super().gpu_config(kernel, problem, device))
 
     def workspace_bytes(self, kernel, problem) -> int:
         p = problem                               # partial (acc, m, l) per split, bound
@@ -496,6 +498,11 @@ class FmhaDecode(KernelFamily):
         from spak.device.decode_gpu import decode_sim_slice, split_count, varlen_sim_slice
         if problem.varlen:
             return varlen_sim_slice(problem, inputs, outputs["out"])
+        # the kernel's pinned knobs, as gpu_call applies them: without them the slice of
+        # splitkv_pow2 counted splits and head tiles with GROUP_PAD 1 while the GPU ran
+        # GROUP_PAD 0 (H200 2026-11-28: 1 split on the GPU, 8 in the slice for a group
+        # of 7; 50-68% bit-identical)
+        config = _form_tiles(kernel, dict(config))
         return decode_sim_slice(problem, inputs, outputs["out"], config,
                                 splits=split_count(problem, inputs, config), work=work)
 
