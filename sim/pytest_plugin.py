@@ -9,11 +9,17 @@ it registers options): `ct.launch` runs kernels on the simulator, `torch.cuda` p
 simulated GPU, "cuda" tensors live on the CPU (sim.cuda_as_cpu) and `tensor.is_cuda` answers
 True. Environment: SPAK_SIM_MODEL (sm_90 default, sm_120, sm_89) picks the GPU simulated;
 SPAK_SIM_CUDA_AS_CPU=0 / SPAK_SIM_IS_CUDA=0 switch those parts off; SPAK_SIM_STRICT=1 makes
-out-of-bounds tiles raise. The out-of-bounds findings (sim.oob) are summarised at the end.
+out-of-bounds tiles raise; SPAK_SIM_TEST_TIMEOUT=S fails a test that runs longer than S
+seconds (the simulator is ~10^3-10^5x slower than a GPU: a bound for CI, where
+pytest-timeout may be missing). The out-of-bounds findings (sim.oob) are summarised at the end.
 """
 from __future__ import annotations
 
 import os
+import signal
+import threading
+
+import pytest
 
 from . import interpret, oob
 
@@ -42,3 +48,26 @@ def pytest_terminal_summary(terminalreporter):
     if text:
         terminalreporter.write_sep("=", "spak sim: out-of-bounds tile accesses")
         terminalreporter.write_line(text)
+
+
+class SimTestTimeout(Exception):
+    """A test ran past SPAK_SIM_TEST_TIMEOUT seconds on the simulator."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    limit = float(os.environ.get("SPAK_SIM_TEST_TIMEOUT", "0") or 0)
+    if limit <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise SimTestTimeout(f"spak sim: test ran past SPAK_SIM_TEST_TIMEOUT={limit:g} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
