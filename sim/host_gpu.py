@@ -19,7 +19,9 @@ plugin, `python -m spak.sim`), `torch.cuda` answers as one simulated GPU of the 
 - memory statistics: memory_allocated / max_memory_allocated / memory_reserved / reset_*
   answer 0 (the simulator does not count device bytes), mem_get_info the model's 80 GiB.
 
-What cannot be emulated raises SimNotSupported naming it (CUDA graphs, _sleep).
+`torch.cuda._sleep` (a GPU spin that only delays the stream) and
+`torch._C._cuda_clearCublasWorkspaces` do nothing. What cannot be emulated raises
+SimNotSupported naming it (CUDA graph capture).
 """
 from __future__ import annotations
 
@@ -201,7 +203,7 @@ def _namespace(model, stream_value):
         "CUDAGraph": _unsupported("torch.cuda.CUDAGraph (CUDA graph capture)"),
         "graph": _unsupported("torch.cuda.graph (CUDA graph capture)"),
         "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables"),
-        "_sleep": _unsupported("torch.cuda._sleep (a GPU spin)"),
+        "_sleep": none,                    # a GPU spin only delays the stream
     }
 
 
@@ -221,6 +223,9 @@ def enable(model="sm_90", stream_value=None) -> bool:
         _saved[name] = getattr(torch.cuda, name, missing)
         setattr(torch.cuda, name, fn)
     _saved["__missing__"] = missing
+    if not hasattr(torch._C, "_cuda_clearCublasWorkspaces"):      # benchmarks call it
+        torch._C._cuda_clearCublasWorkspaces = lambda: None
+        _saved["__c__"] = True
     return True
 
 
@@ -229,6 +234,8 @@ def disable() -> None:
         return
     import torch
     missing = _saved.pop("__missing__")
+    if _saved.pop("__c__", False):
+        del torch._C._cuda_clearCublasWorkspaces
     for name, fn in _saved.items():
         if fn is missing:
             delattr(torch.cuda, name)
