@@ -28,13 +28,16 @@ from . import dtypes
 from .memory import SimArray
 
 _state = {"real": None, "options": {}, "stream": None, "is_cuda": False}
+# launches run in interpreter mode and the seconds the simulator spent in them (the pytest
+# plugin's summary: how much of a suite's time is the simulator's)
+stats = {"launches": 0, "seconds": 0.0}
 
 
 
 
 def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
            tensor_is_cuda=None, undetermined_padding=None, cuda_as_cpu=None,
-           interpreter_summary=True) -> None:
+           interpreter_summary=False) -> None:
     """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
 
     cpu_stream: on a torch without CUDA, the host-side queries GPU code makes answer as
@@ -60,7 +63,8 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
     copies, and SDPA may use the CPU math backend. Off by default, on with
     SPAK_SIM_CUDA_AS_CPU=1 (and in `python -m spak.sim` and the pytest plugin).
 
-    interpreter_summary: print the out-of-bounds findings (sim.oob) at exit."""
+    interpreter_summary: print the out-of-bounds findings (sim.oob) at exit (on in
+    `python -m spak.sim` and with SPAK_SIM=1; the pytest plugin prints its own)."""
     if _state["real"] is None:
         _state["real"] = (ct.launch, ct.tune.exhaustive_search)
     _state["options"] = {"model": model, "check": check, "mode": mode}
@@ -148,7 +152,10 @@ def launch(stream, grid, kernel, kernel_args, /, *, programmatic_dependent_launc
     for i, a in enumerate(kernel_args):
         args.append(_as_sim(a, i, write_back))
     try:
-        return sim_launch(kernel, grid, args, **_state["options"])
+        report = sim_launch(kernel, grid, args, **_state["options"])
+        stats["launches"] += 1
+        stats["seconds"] += report.seconds
+        return report
     finally:
         for tensor, arr in write_back:
             _copy_back(tensor, arr)

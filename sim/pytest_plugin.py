@@ -44,6 +44,9 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
+    st = interpret.stats
+    terminalreporter.write_line(f"spak sim: {st['launches']} kernel launch(es) simulated in "
+                                f"{st['seconds']:.1f} s")
     text = oob.summary()
     if text:
         terminalreporter.write_sep("=", "spak sim: out-of-bounds tile accesses")
