@@ -14,6 +14,9 @@ with CUDA enabled"). While this mode is on:
   `.to("cpu")` of a marked one, returns a new tensor (autograd sees a copy, not the same
   tensor: a program's "view created in no_grad mode ... modified inplace" does not appear
   where the GPU has none); a move to where the tensor already is returns it, as torch does;
+- float32 matmuls of "cuda" tensors under `torch.backends.cuda.matmul.allow_tf32 = True`
+  round their inputs to TF32 first, as cuBLAS does on the GPU (a reference computed that
+  way is what the program's tolerances were set against);
 - `scaled_dot_product_attention` runs with the math backend allowed: a reference computed
   under `sdpa_kernel(CUDNN_ATTENTION or FLASH_ATTENTION)` (GPU-only backends) gets the
   attention the author meant instead of "No viable backend".
@@ -113,11 +116,31 @@ def _sdpa(func, args, kwargs):
         torch._C._set_sdp_use_math(was)
 
 
+def _tf32(t):
+    """float32 rounded to TF32 (10-bit mantissa, round to nearest, ties away: cvt.rna.tf32),
+    what cuBLAS feeds the tensor cores when torch.backends.cuda.matmul.allow_tf32 is set."""
+    import torch
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        return t
+    bits = t.detach().contiguous().view(torch.int32)
+    finite = torch.isfinite(t.detach())
+    r = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    out = torch.where(finite, r, t.detach()).view(t.shape)
+    return out if not t.requires_grad else t + (out - t).detach()
+
+
+def _matmul_funcs():
+    import torch
+    return {torch.matmul, torch.mm, torch.bmm, torch.Tensor.matmul, torch.Tensor.mm,
+            torch.Tensor.bmm, torch.Tensor.__matmul__, torch.nn.functional.linear}
+
+
 def _mode_class():
     import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
     sdpa = F.scaled_dot_product_attention
+    matmuls = _matmul_funcs()
 
     class CudaAsCpu(TorchFunctionMode):
         """Rewrites CUDA device arguments of torch calls to the CPU (see the module doc)."""
@@ -133,6 +156,11 @@ def _mode_class():
                 kwargs["device"] = _to_cpu(kwargs["device"])
             if func is sdpa:
                 out = _sdpa(func, args, kwargs)
+            elif (func in matmuls and torch.backends.cuda.matmul.allow_tf32
+                  and _marked(args)):
+                # a GPU program's float32 reference under allow_tf32 is cuBLAS's TF32
+                # product: the same inputs rounding here (accumulation stays float32)
+                out = func(*(_tf32(a) for a in args), **kwargs)
             else:
                 out = func(*args, **kwargs)
             if on_gpu or _marked(args):

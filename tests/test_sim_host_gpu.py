@@ -140,3 +140,23 @@ def test_spak_sim_environment_and_pytest_entry(tmp_path):
              tmp_path)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
     assert "spak sim: out-of-bounds tile accesses" in r.stdout
+
+
+def test_tf32_matmul_reference_as_cublas(gpu):
+    """allow_tf32 on: a float32 product of "cuda" tensors uses TF32-rounded inputs (10-bit
+    mantissa), as cuBLAS does; off: full float32."""
+    a = torch.randn(16, 64, device="cuda")
+    b = torch.randn(64, 8, device="cuda")
+    exact = a.double() @ b.double()
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        t = a @ b
+        ra = ((a.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+        rb = ((b.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+        assert torch.allclose(t.double(), ra.double() @ rb.double(), atol=1e-4)
+        assert (t.double() - exact).abs().max() > 1e-4          # visibly not float32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert (torch.mm(a, b).double() - exact).abs().max() < 1e-4
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
