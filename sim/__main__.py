@@ -26,7 +26,8 @@ def main(argv=None) -> int:
     from .interpret import enable
     enable(model=os.environ.get("SPAK_SIM_MODEL", "sm_90"),
            cuda_as_cpu=_on("SPAK_SIM_CUDA_AS_CPU"), tensor_is_cuda=_on("SPAK_SIM_IS_CUDA"),
-           interpreter_summary=argv[:2] != ["-m", "pytest"])
+           interpreter_summary=argv[:2] != ["-m", "pytest"],
+           undetermined_padding=os.environ.get("SPAK_SIM_PADDING") or "zero")
     if argv[0] == "-m":
         module, rest = argv[1], argv[2:]
         if module == "pytest":

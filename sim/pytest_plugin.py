@@ -9,7 +9,8 @@ it registers options): `ct.launch` runs kernels on the simulator, `torch.cuda` p
 simulated GPU, "cuda" tensors live on the CPU (sim.cuda_as_cpu) and `tensor.is_cuda` answers
 True. Environment: SPAK_SIM_MODEL (sm_90 default, sm_120, sm_89) picks the GPU simulated;
 SPAK_SIM_CUDA_AS_CPU=0 / SPAK_SIM_IS_CUDA=0 switch those parts off; SPAK_SIM_STRICT=1 makes
-out-of-bounds tiles raise; SPAK_SIM_TEST_TIMEOUT=S fails a test that runs longer than S
+out-of-bounds tiles raise; SPAK_SIM_PADDING=poison fills UNDETERMINED padding with NaN /
+int max (default here: zeros, what an H100 gave); SPAK_SIM_TEST_TIMEOUT=S fails a test that runs longer than S
 seconds (the simulator is ~10^3-10^5x slower than a GPU: a bound for CI, where
 pytest-timeout may be missing). The out-of-bounds findings (sim.oob) are summarised at the end.
 """
@@ -31,7 +32,8 @@ def _on(name: str) -> bool:
 def _enable():
     interpret.enable(model=os.environ.get("SPAK_SIM_MODEL", "sm_90"),
                      cuda_as_cpu=_on("SPAK_SIM_CUDA_AS_CPU"),
-                     tensor_is_cuda=_on("SPAK_SIM_IS_CUDA"), interpreter_summary=False)
+                     tensor_is_cuda=_on("SPAK_SIM_IS_CUDA"), interpreter_summary=False,
+                     undetermined_padding=os.environ.get("SPAK_SIM_PADDING") or "zero")
 
 
 _enable()       # at import (-p loads plugins before conftests), not in a hook
