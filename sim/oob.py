@@ -61,9 +61,9 @@ def total() -> int:
 def summary() -> str:
     if not _log:
         return ""
-    lines = [f"spak sim: {len(_log)} kind(s) of out-of-bounds tile access, {total()} block "
-             "access(es) in all (undefined in cuTile; run as the GPU does: loads padded, "
-             "stores dropped; SPAK_SIM_STRICT=1 raises instead):"]
+    lines = [f"spak sim: {len(_log)} kind(s) of out-of-bounds tile access or unwritten output, "
+             f"{total()} in all (out of bounds: undefined in cuTile, run as the GPU does: loads "
+             "padded, stores dropped; SPAK_SIM_STRICT=1 raises instead):"]
     keys = list(_counts)
     for k, msg in zip(keys, _log):
         lines.append(f"  {_counts[k]:>6}x {msg}")
