@@ -85,7 +85,11 @@ def _rebind(fn: types.FunctionType, files: set) -> types.FunctionType:
                 newg[name] = _rebind(val._annotated_function.pyfunc, files)
             elif callable(val) and id(val) in REAL_TO_FAKE:
                 newg[name] = REAL_TO_FAKE[id(val)]
-            elif isinstance(val, types.FunctionType) and val is not fn and _uses_cuda_tile(val):
+            elif val is fn:
+                # the function being rebound, seen in its own module: the rebound copy (a
+                # kernel of that module calling it later must not get the real-ct original)
+                newg[name] = new
+            elif isinstance(val, types.FunctionType) and _uses_cuda_tile(val):
                 newg[name] = _rebind(val, files)
     return new
 
