@@ -28,4 +28,4 @@ __all__ = ["launch", "LaunchReport", "SimArray", "SimulationError", "SimNotSuppo
            "enable", "disable", "is_enabled"]
 
 if enabled_by_environment():      # SPAK_SIM=1: ct.launch runs on the simulator
-    enable()
+    enable(interpreter_summary=True)

@@ -28,17 +28,16 @@ from . import dtypes
 from .memory import SimArray
 
 _state = {"real": None, "options": {}, "stream": None, "is_cuda": False}
+# launches run in interpreter mode and the seconds the simulator spent in them (the pytest
+# plugin's summary: how much of a suite's time is the simulator's)
+stats = {"launches": 0, "seconds": 0.0}
 
 
-# what host code asking torch.cuda about "the GPU" hears while a model is simulated:
-# (compute capability, SM count, name); SM counts of an H100 SXM, an RTX 5070 and an L4
-_GPUS = {"sm_90": ((9, 0), 132, "H100 (spak sim sm_90)"),
-         "sm_120": ((12, 0), 48, "RTX 5070 (spak sim sm_120)"),
-         "sm_89": ((8, 9), 58, "L4 (spak sim sm_89)")}
 
 
 def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
-           tensor_is_cuda=None, undetermined_padding=None, cuda_as_cpu=None) -> None:
+           tensor_is_cuda=None, undetermined_padding=None, cuda_as_cpu=None,
+           interpreter_summary=False) -> None:
     """Make `cuda.tile.launch` run kernels on the simulator (sim.launch options).
 
     cpu_stream: on a torch without CUDA, the host-side queries GPU code makes answer as
@@ -59,14 +58,20 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
     cuda_as_cpu: on a CPU torch, torch calls that name a CUDA device (`device="cuda"`,
     `.cuda()`, `.to("cuda")`) get the CPU instead and `torch.cuda.synchronize()` does nothing,
     until disable() (sim/cuda_as_cpu.py): for host code that allocates on "cuda" by name.
-    Off by default, on with SPAK_SIM_CUDA_AS_CPU=1."""
+    With it `torch.cuda` presents the simulated GPU (is_available() True, its properties,
+    seeds, streams, events, memory statistics: sim/host_gpu.py), host<->device moves stay
+    copies, and SDPA may use the CPU math backend. Off by default, on with
+    SPAK_SIM_CUDA_AS_CPU=1 (and in `python -m spak.sim` and the pytest plugin).
+
+    interpreter_summary: print the out-of-bounds findings (sim.oob) at exit (on in
+    `python -m spak.sim` and with SPAK_SIM=1; the pytest plugin prints its own)."""
     if _state["real"] is None:
         _state["real"] = (ct.launch, ct.tune.exhaustive_search)
     _state["options"] = {"model": model, "check": check, "mode": mode}
     ct.launch = launch
     ct.tune.exhaustive_search = exhaustive_search
     if cpu_stream and _state["stream"] is None:
-        _shim_torch_cuda(model if isinstance(model, str) else getattr(model, "name", "sm_90"))
+        _shim_torch_cuda(_model_name(model))
     if undetermined_padding is not None:
         from .memory import set_undetermined_padding
         set_undetermined_padding(undetermined_padding)
@@ -77,7 +82,14 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
     if cuda_as_cpu is None:
         cuda_as_cpu = os.environ.get("SPAK_SIM_CUDA_AS_CPU", "") not in ("", "0")
     if cuda_as_cpu:
-        _cuda_as_cpu.enable()
+        _cuda_as_cpu.enable(_model_name(model))
+    if interpreter_summary:
+        from . import oob
+        oob.install_exit_summary()
+
+
+def _model_name(model) -> str:
+    return model if isinstance(model, str) else getattr(model, "name", "sm_90")
 
 
 def _shim_is_cuda():
@@ -101,10 +113,9 @@ def _shim_torch_cuda(model):
         return
     if torch.cuda.is_available():
         return
-    import types
-    cap, sms, name = _GPUS.get(model, _GPUS["sm_90"])
-    props = types.SimpleNamespace(name=name, major=cap[0], minor=cap[1],
-                                  multi_processor_count=sms, total_memory=80 * 2**30)
+    from .host_gpu import properties
+    props = properties(model)
+    cap = (props.major, props.minor)
     _state["stream"] = {n: getattr(torch.cuda, n) for n in _SHIMMED}
     torch.cuda.current_stream = lambda device=None: None
     torch.cuda.get_device_capability = lambda device=None: cap
@@ -113,6 +124,7 @@ def _shim_torch_cuda(model):
 
 def disable() -> None:
     """Give `cuda.tile.launch` back to cuTile (and torch.cuda its functions)."""
+    _cuda_as_cpu.disable()          # first: it saved the functions the shim below installed
     if _state["real"] is not None:
         ct.launch, ct.tune.exhaustive_search = _state["real"]
         _state["real"] = None
@@ -125,7 +137,6 @@ def disable() -> None:
         import torch
         del torch.Tensor.is_cuda      # torch's own property (on TensorBase) answers again
         _state["is_cuda"] = False
-    _cuda_as_cpu.disable()
 
 
 def is_enabled() -> bool:
@@ -140,11 +151,36 @@ def launch(stream, grid, kernel, kernel_args, /, *, programmatic_dependent_launc
     args, write_back = [], []
     for i, a in enumerate(kernel_args):
         args.append(_as_sim(a, i, write_back))
+    opts = dict(_state["options"])
+    check = opts.pop("check", True)
     try:
-        return sim_launch(kernel, grid, args, **_state["options"])
+        report = sim_launch(kernel, grid, args, check=False, **opts)
+        stats["launches"] += 1
+        stats["seconds"] += report.seconds
+        if check:
+            _check(report)
+        return report
     finally:
         for tensor, arr in write_back:
             _copy_back(tensor, arr)
+
+
+def _check(report):
+    """Double writes and races raise (the GPU's result would depend on timing). Output
+    elements no block wrote are findings, not errors, here: host code often allocates an
+    output with torch.zeros and lets the kernel write part of it (TileGym's MoE alignment
+    counts), which is correct on a GPU; they join the summary at exit (sim.oob).
+    SPAK_SIM_STRICT=1 raises for them too."""
+    from . import oob
+    from .errors import SimulationError
+    soft = [f for f in report.findings if f.startswith("unwritten") and not oob.strict()]
+    bad = [f for f in report.findings if f not in soft]
+    for f in soft:
+        oob.record(f"unwritten|{report.kernel}|{f.split('(first')[0]}",
+                   f"kernel {report.kernel}: {f}")
+    if bad:
+        raise SimulationError(f"kernel {report.kernel}: checker found {len(bad)} problem(s):"
+                              "\n  " + "\n  ".join(bad))
 
 
 def exhaustive_search(search_space, stream, grid_fn, kernel, args_fn, hints_fn=None, *,

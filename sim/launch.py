@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import cuda.tile as ct
 
-from . import memory
+from . import memory, oob
 from .context import GroupContext, set_current
 from .errors import ContractionConflict, Divergence, SimulationError
 from .fake_ct import FAKE_CT, REAL_TO_FAKE
@@ -47,6 +47,9 @@ class LaunchReport:
     findings: list[str] = field(default_factory=list)
     mode: str = "lockstep"            # "lockstep" or "cooperative" (sim.coop)
     order: int | None = None          # None: default block order; an int: its seed
+    # out-of-bounds tile accesses first seen in this launch (undefined in cuTile; run as
+    # the GPU does, padded/dropped; SPAK_SIM_STRICT=1 raises instead: sim.oob)
+    oob: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -82,7 +85,11 @@ def _rebind(fn: types.FunctionType, files: set) -> types.FunctionType:
                 newg[name] = _rebind(val._annotated_function.pyfunc, files)
             elif callable(val) and id(val) in REAL_TO_FAKE:
                 newg[name] = REAL_TO_FAKE[id(val)]
-            elif isinstance(val, types.FunctionType) and val is not fn and _uses_cuda_tile(val):
+            elif val is fn:
+                # the function being rebound, seen in its own module: the rebound copy (a
+                # kernel of that module calling it later must not get the real-ct original)
+                newg[name] = new
+            elif isinstance(val, types.FunctionType) and _uses_cuda_tile(val):
                 newg[name] = _rebind(val, files)
     return new
 
@@ -190,8 +197,10 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
     """Run `kernel` over `grid` with `args` (numpy arrays are updated in place).
 
     check: raise SimulationError when the checker finds a double write, a race or
-    unwritten output elements (out-of-bounds accesses always raise, at the op, naming the
-    block).
+    unwritten output elements. Out-of-bounds tiles (entirely outside, or partly with
+    check_bounds=False; undefined in cuTile) run as the GPU runs them, loads padded and
+    stores dropped, and are listed in report.oob; SPAK_SIM_STRICT=1 (sim.oob.set_strict)
+    raises at the op instead, naming the block.
     mode: "lockstep" runs blocks as lanes of one numpy computation, stores committed per
     group (fast; blocks cannot see each other's memory); "cooperative" runs each block as
     its own thread, taking turns at atomics and acquire/release accesses, with the
@@ -202,6 +211,7 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
     resident: cooperative mode's number of live blocks (default 64).
     """
     t0 = time.perf_counter()
+    oob_mark = oob.mark()
     if mode not in MODES:
         raise ValueError(f"sim.launch: mode must be one of {MODES}, got {mode!r}")
     if order is not None and (not isinstance(order, (int, np.integer)) or isinstance(order, bool)):
@@ -234,7 +244,7 @@ def launch(kernel, grid, args, *, model="sm_90", check=True, check_unwritten=Tru
         findings += memory.unwritten_findings(arrays)
     report = LaunchReport(kernel=kname, grid=grid, model=mdl.name,
                           seconds=time.perf_counter() - t0, findings=findings, mode=mode,
-                          order=order, **stats)
+                          order=order, oob=oob.since(oob_mark), **stats)
     if check and findings:
         raise SimulationError(f"kernel {kname}: checker found {len(findings)} problem(s):\n  "
                               + "\n  ".join(findings))

@@ -14,6 +14,7 @@ import cuda.tile as ct
 
 from . import dtypes
 from .context import current
+from . import oob
 from .errors import SimulationError, SimTypeError
 from .numerics import _CACHE, PARALLEL_MIN
 from .tile import Tile
@@ -351,7 +352,9 @@ def _fold(starts, ashape, astrides, tshape, op):
 
 
 def _check_box(array, starts, shape4, tshape4, op, index, shape, check_bounds):
-    """Raise for a lane whose box lies entirely outside the array (or partly, if unchecked)."""
+    """Lanes whose box lies entirely outside the array (or partly, if unchecked): undefined
+    in cuTile. Strict mode (sim.oob) raises; by default the access runs as on the GPU (the
+    movers pad loads and drop stores element by element) and is recorded as a finding."""
     lo = starts
     hi = starts + tshape4[None, :]
     inside_any = ((hi > 0) & (lo < shape4[None, :])).all(axis=1)
@@ -361,10 +364,13 @@ def _check_box(array, starts, shape4, tshape4, op, index, shape, check_bounds):
         ctx = current()
         lane = int(np.argmax(bad))
         where = "entirely outside" if check_bounds else "partly outside (check_bounds=False)"
-        raise SimulationError(
-            f"ct.{op} out of bounds in block {ctx.block_of(lane)} at {ctx.kernel_line()}: "
-            f"tile index {tuple(_lane_value(i, lane) for i in index)} with shape "
-            f"{tuple(shape)} lies {where} array '{array.name}' of shape {array.shape}")
+        line = ctx.kernel_line()
+        msg = (f"ct.{op} out of bounds in block {ctx.block_of(lane)} at {line}: "
+               f"tile index {tuple(_lane_value(i, lane) for i in index)} with shape "
+               f"{tuple(shape)} lies {where} array '{array.name}' of shape {array.shape}")
+        if oob.strict():
+            raise SimulationError(msg)
+        oob.record(f"{op}|{line}|{array.name}|{where}", msg, int(bad.sum()))
     return not inside_all.all()
 
 

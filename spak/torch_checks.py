@@ -68,6 +68,15 @@ def check_tiles(tiles, keys, shown: str, choices=None) -> dict:
     return {k: int(v) for k, v in tiles.items()}
 
 
+def simulated_gpu() -> bool:
+    """True while interpreter mode presents a simulated GPU (spak.sim.cuda_as_cpu: "cuda"
+    tensors live on the CPU and ct.launch runs on the simulator), so the public functions
+    run there on CPU tensors, as a user's GPU program calls them. Never imports the sim."""
+    import sys
+    mod = sys.modules.get("spak.sim.cuda_as_cpu")
+    return mod is not None and mod.is_enabled()
+
+
 def check_devices(named, optional, require_cuda: bool, entry: str, cpu_hint: str) -> None:
     """One device for every tensor, and a CUDA one unless the caller allows otherwise.
 
@@ -80,7 +89,7 @@ def check_devices(named, optional, require_cuda: bool, entry: str, cpu_hint: str
         raise ValueError(f"{', '.join(names[:-1])} and {names[-1]} must be on one device, "
                          f"got " + ", ".join(f"{n} {t.device}" for n, t in given))
     q = named[0][1]
-    if require_cuda and q.device.type != "cuda":
+    if require_cuda and q.device.type != "cuda" and not simulated_gpu():
         raise ValueError(f"{', '.join(n for n, _ in named[:3])} must be CUDA tensors ({entry} "
                          f"runs cuTile kernels on an NVIDIA GPU), got device {q.device}; for "
                          f"CPU use {cpu_hint}")

@@ -47,8 +47,9 @@ def test_cuda_by_name_runs_on_cpu(interp):
     assert torch.equal(y, x * 2)
     ref = x.double().sum(1)
     assert torch.allclose(s.double(), ref, rtol=1e-5, atol=1e-5)
-    assert not torch.cuda.is_available()       # nothing else pretends
+    assert torch.cuda.is_available()           # the simulated GPU (sim/host_gpu.py)
     interp.disable()
+    assert not torch.cuda.is_available()       # and torch's own answer again
     with pytest.raises((AssertionError, RuntimeError), match="CUDA"):
         torch.empty(2, device="cuda")
 

@@ -61,7 +61,14 @@ def test_6d_contiguous_dims_merge():
     np.testing.assert_array_equal(y, x + np.float32(1))
 
 
-def test_5d_box_outside_raises():
+def test_5d_box_outside_raises(monkeypatch):
+    """Strict mode raises; by default the 5-D box wholly outside is a finding (sim.oob)."""
     x = _rand((2, 1, 1, 8, 4), 5)
+    monkeypatch.setenv("SPAK_SIM_STRICT", "1")
     with pytest.raises(SimulationError, match="lies entirely outside array 'X'"):
         sim.launch(_copy5, (3, 1, 1), (x, np.zeros_like(x), 8, 4))
+    monkeypatch.delenv("SPAK_SIM_STRICT")
+    y = np.zeros_like(x)
+    rep = sim.launch(_copy5, (3, 1, 1), (x, y, 8, 4))
+    assert rep.oob and "block (2, 0, 0)" in rep.oob[0] and "entirely outside" in rep.oob[0]
+    np.testing.assert_array_equal(y, x * np.float32(2) + np.float32(1))   # block 2: dropped
