@@ -481,7 +481,7 @@ def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
     # host path (issue 34): a repeated step reads one dict. The store version is the one
     # the step's forward saw (_STORE_SEEN; the forward's lookup refreshes it), so this adds
     # no stat() and no call to the training step's host cost.
-    fast = (device, dtype, D, causal, Sk, _STORE_SEEN[2])
+    fast = (device.type, device.index, dtype, D, causal, Sk, _STORE_SEEN[2])
     hit = _bwd_fast.get(fast)
     if hit is not None:
         return hit
