@@ -4,10 +4,11 @@ one we have. On an H100/H200 the record is checked with the sm_90 model, which w
 on those GPUs: every op it claims bit for bit must come out 100%, the FMHA cases too, and a
 record with one changed bit must fail.
 
-It records with `--quick` (about a minute: every exact op is still recorded, the FMHA
-cases on two small shapes, no per-op kernels; the full record was cut by a 150 s limit on
-an H200 in its MUFU.RSQ + tanh survey step, before the per-op kernels started);
-SPAK_CALIBRATE_FULL=1 records the full one. SPAK_CALIBRATE_OUT=DIR keeps the record (the GPU job copies it home).
+It records with `--quick` (meant for under 2 minutes: every exact op is still recorded,
+the FMHA cases on two small shapes, no per-op kernels; the full record was cut by a 150 s
+limit on an H200 in its MUFU.RSQ + tanh survey step, before the per-op kernels started);
+SPAK_CALIBRATE_FULL=1 records the full one. SPAK_CALIBRATE_OUT=DIR keeps the record (the
+GPU job copies it home).
 """
 from __future__ import annotations
 

@@ -56,6 +56,7 @@ def register(subparsers) -> None:
                    help="on a local GPU: run the probes, the MUFU tables and the FMHA "
                         "agreement cases into DIR (then --check --data DIR anywhere)")
     p.add_argument("--quick", action="store_true",
-                   help="with --record: about a minute on an H100/H200; every exact op and "
-                        "both FMHA kernels still checked, on fewer cases (no per-op kernels)")
+                   help="with --record: fewer cases, meant for under 2 minutes (the full "
+                        "record did not finish in 150 s on an H200); every exact op and both "
+                        "FMHA kernels still checked (no per-op kernels)")
     p.set_defaults(func=cmd_calibrate)

@@ -23,10 +23,11 @@ versions). Bring DIR home;
 and sm_89: sm_90's MUFU tables and row-sum order), each reported as "exact" or "assumed";
 exit 1 when either is refuted.
 
-`--record DIR --quick` (about a minute on an H100/H200) keeps every check that can fail
-but records less: the probes and the exhaustive exp2/rcp tables as above, MUFU.RSQ's whole
-table without the tanh survey, MUFU.TANH's table on two binades ([0.5, 2)), the FMHA
-cases on two small shapes (QUICK_SET), no per-op kernels. calibration.json says so.
+`--record DIR --quick` (meant for under 2 minutes; the full record did not finish in
+150 s on an H200) keeps every check that can fail but records less: the probes and the
+exhaustive exp2/rcp tables as above, MUFU.RSQ's whole table without the tanh survey,
+MUFU.TANH's table on two binades ([0.5, 2)), the FMHA cases on two small shapes
+(QUICK_SET), no per-op kernels. calibration.json says so.
 """
 from __future__ import annotations
 
