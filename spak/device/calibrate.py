@@ -27,7 +27,8 @@ exit 1 when either is refuted.
 150 s on an H200) keeps every check that can fail but records less: the probes and the
 exhaustive exp2/rcp tables as above, MUFU.RSQ's whole table without the tanh survey,
 MUFU.TANH's table on two binades ([0.5, 2)), the FMHA cases on two small shapes
-(QUICK_SET), no per-op kernels. calibration.json says so.
+(QUICK_SET), no per-op kernels. calibration.json says so. The tools run at once, beside
+the FMHA cases (their output in DIR/<step>.log; seconds per step in calibration.json).
 """
 from __future__ import annotations
 
@@ -272,23 +273,21 @@ def record(out: Path, quick: bool = False) -> int:
               "needed; --check --data DIR runs anywhere)", file=sys.stderr)
         return 1
     out.mkdir(parents=True, exist_ok=True)
-    steps, seconds = {}, {}
     plan = QUICK_STEPS if quick else RECORD_STEPS
-    for step, script, *extra in plan:
-        print(f"== {step}: tools/{script} {' '.join(extra)}", flush=True)
-        t0 = time.perf_counter()
-        steps[step] = subprocess.call([sys.executable, str(ROOT / "tools" / script),
-                                       *_out_flag(script, out), *extra])
-        seconds[step] = round(time.perf_counter() - t0, 1)
+    procs = _start_tools(plan, out)     # they run beside the FMHA cases below
     shapes = "quick" if quick else AGREEMENT_SET
     print(f"== agreement: both kernels, the {shapes} shape set", flush=True)
     t0 = time.perf_counter()
+    agreed = {}
     try:
-        steps["agreement_cases"] = record_agreement(out, arch,
-                                                    shapes=QUICK_SET if quick else None)
+        agreed["agreement_cases"] = record_agreement(out, arch,
+                                                     shapes=QUICK_SET if quick else None)
     except Exception as exc:          # the other records are still worth bringing home
-        steps["agreement_error"] = f"{type(exc).__name__}: {exc}"
-    seconds["agreement"] = round(time.perf_counter() - t0, 1)
+        agreed["agreement_error"] = f"{type(exc).__name__}: {exc}"
+    agreement_s = round(time.perf_counter() - t0, 1)
+    steps, seconds = _wait_tools(procs, out)
+    steps.update(agreed)
+    seconds["agreement"] = agreement_s
     meta = {"gpu": name, "arch": arch, "date": datetime.date.today().isoformat(),
             "host": platform.node(), "quick": quick, "agreement_set": shapes,
             "steps": steps, "seconds": seconds, "versions": _versions(), "commit": _commit()}
@@ -300,7 +299,7 @@ def record(out: Path, quick: bool = False) -> int:
     return 1 if failed else 0
 
 
-#: what --record runs, in order: (step, ci script, extra flags). The probes and MUFU tables
+#: what --record runs (all at once, beside the FMHA cases): (step, tools/ script, flags). The probes and MUFU tables
 #: of issue 6, then issue 19's: MUFU.RSQ's table and tanh samples (mufu_probe.npz),
 #: MUFU.TANH's whole table (tanh_table.npz) and the per-op kernels (sim_ops_gpu.npz: sums,
 #: scans, matmul accumulation, gathers, atomics, the shape rules).
@@ -314,6 +313,35 @@ QUICK_STEPS = (("probes", "numerics_probe.py", "--no-summary"),
                ("tables", "numerics_tables.py"),
                ("mufu_rsq", "mufu_probe.py", "--rsqrt-only"),
                ("mufu_tanh", "mufu_probe.py", "--tanh-table", "--binades=-1,0"))
+
+
+def _start_tools(plan, out: Path) -> dict:
+    """Start every tool of the plan at once (independent files; on one GPU their start-up,
+    compiles and launches overlap): {step: (Popen, start time)}, output in DIR/<step>.log."""
+    import time
+    procs = {}
+    for step, script, *extra in plan:
+        print(f"== {step}: tools/{script} {' '.join(extra)} > {step}.log", flush=True)
+        with open(out / f"{step}.log", "w") as log:
+            cmd = [sys.executable, str(ROOT / "tools" / script), *_out_flag(script, out), *extra]
+            procs[step] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT),
+                           time.perf_counter())
+    return procs
+
+
+def _wait_tools(procs: dict, out: Path) -> tuple[dict, dict]:
+    """({step: exit status}, {step: seconds to its end}); each log's last lines printed."""
+    import time
+    steps, seconds = {}, {}
+    while len(steps) < len(procs):
+        for step, (proc, t0) in procs.items():
+            if step not in steps and proc.poll() is not None:
+                steps[step], seconds[step] = proc.returncode, round(time.perf_counter() - t0, 1)
+        time.sleep(0.1)
+    for step in procs:
+        tail = (out / f"{step}.log").read_text(errors="replace").splitlines()[-3:]
+        print(f"-- {step}: exit {steps[step]} after {seconds[step]} s", *tail, sep="\n   ")
+    return steps, seconds
 
 
 def _out_flag(script: str, out: Path) -> list:
