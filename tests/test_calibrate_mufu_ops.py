@@ -42,6 +42,7 @@ def test_rsq_and_tanh_tables_pass_then_fail_on_one_changed_value(tmp_path):
     text, bad = _lines(tmp_path)
     assert bad == 0, text
     assert "mufu_rsq" in text and "mufu_tanh" in text and "100.0000%" in text
+    assert "runs of +-[2^-3, 2^3)" in text          # the binades the record holds (2, -3)
     # one MUFU.TANH step off by one ulp: every later run of that binade moves
     arrays["t2_diff"][1000] += 1
     np.savez(tmp_path / "tanh_table.npz", **arrays)

@@ -163,3 +163,42 @@ def test_record_needs_a_gpu(tmp_path, capsys):
         pytest.skip("a GPU is present")
     assert main(["calibrate", "--record", str(tmp_path / "rec")]) == 1
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_quick_record_runs_the_reduced_plan(tmp_path, monkeypatch, capsys):
+    """--record --quick without a GPU's work: the tools it starts (no per-op kernels, the
+    rsqrt table alone, tanh on two binades, probes without their summary), the quick FMHA
+    set, and calibration.json naming both; a failing tool makes the exit status 1."""
+    from spak.device import archs
+    import subprocess
+    calls, status, real = [], {}, subprocess.Popen
+
+    def popen(cmd, **kw):             # a tools/ script ends at once with status[script] or 0
+        if "/tools/" not in str(cmd[1:2]):
+            return real(cmd, **kw)            # git and the like: the real thing
+        calls.append([Path(cmd[1]).name, *cmd[2:]])
+        kw["stdout"].write(f"ran {cmd[1]}\n")
+        rc = status.get(Path(cmd[1]).name, 0)
+        return type("Tool", (), {"returncode": rc, "poll": lambda self: rc})()
+
+    monkeypatch.setattr(archs, "from_torch", lambda: ("sm_90", 90, "NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    got = {}
+    monkeypatch.setattr(calibrate, "record_agreement",
+                        lambda out, arch, shapes=None: got.setdefault("shapes", shapes) and 4)
+    rec = tmp_path / "rec"
+    assert main(["calibrate", "--record", str(rec), "--quick"]) == 0
+    assert [c[0] for c in calls] == ["numerics_probe.py", "numerics_tables.py",
+                                     "mufu_probe.py", "mufu_probe.py"]
+    assert "--no-summary" in calls[0] and "--rsqrt-only" in calls[2]
+    assert "--binades=-1,0" in calls[3] and "--tanh-table" in calls[3]
+    assert got["shapes"] == calibrate.QUICK_SET
+    meta = json.loads((rec / calibrate.CALIBRATION).read_text())
+    assert meta["quick"] is True and meta["agreement_set"] == "quick"
+    assert meta["steps"]["agreement_cases"] == 4 and set(meta["seconds"]) >= {"probes", "agreement"}
+    assert (rec / "probes.log").read_text().startswith("ran ")      # each tool's output kept
+    status["numerics_tables.py"] = 3
+    assert main(["calibrate", "--record", str(rec), "--quick"]) == 1
+    assert json.loads((rec / calibrate.CALIBRATION).read_text())["steps"]["tables"] == 3
+    assert main(["calibrate", "--check", "--quick"]) == 2
+    assert "--quick goes with --record" in capsys.readouterr().err

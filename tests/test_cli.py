@@ -382,3 +382,26 @@ def test_train_set_names_its_models():
     assert set(TRAIN_MODELS) >= {"Llama-3 8B", "Llama-3 70B", "Qwen2.5 7B", "Gemma-2 9B",
                                  "Phi-3 mini", "GPT-2"}
     assert len(select_cases(["train"])) == 2 * len(specs)    # dtype open: fp16 and bf16
+
+
+def test_readme_headline_commands_parse_and_name_cases(capsys):
+    """Every row of README's headline table names a GPU, a results folder that exists and a
+    `spak run` command that parses and lists the figure's shape (issue 38's gate: each
+    figure reproducible with one documented command)."""
+    import shlex
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Headline figures", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "`spak " in ln]
+    assert len(rows) >= 6
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] in ("H100", "H200"), row
+        assert (ROOT / cells[2]).is_dir(), cells[2]
+        cmd = re.search(r"`(spak [^`]*)`", cells[3]).group(1)
+        capsys.readouterr()
+        assert cli.main([*shlex.split(cmd)[1:], "--list"]) == 0, cmd
+        listed = capsys.readouterr().out
+        shapes = re.findall(r"--shapes ((?:[^ -][^ ]* ?)+)", cmd)
+        for shape in (shapes[0].split() if shapes else []):
+            if shape not in SHAPE_SETS:
+                assert shape.split("/")[0] in listed, (cmd, listed[:200])

@@ -143,20 +143,27 @@ def main(argv=None) -> int:
     ap.add_argument("--tanh-table", action="store_true",
                     help="only MUFU.TANH's table: every fp32 in [2^-8, 8) and its negative "
                          "(writes tanh_table.npz / .json; the rsqrt part is not re-run)")
+    ap.add_argument("--binades", default="-8,2", metavar="EMIN,EMAX",
+                    help="--tanh-table: the binades 2^EMIN .. 2^EMAX (default the table's -8,2)")
+    ap.add_argument("--rsqrt-only", action="store_true",
+                    help="MUFU.RSQ's table only, not the tanh survey of 25 binades (the "
+                         "slow part; spak calibrate --check reads only rsqrt_off of this file)")
     args = ap.parse_args(argv)
+    emin, emax = (int(e) for e in args.binades.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     be = Gpu() if args.backend == "gpu" else Sim()
     n = N23 if args.backend == "gpu" else 1 << 12      # the dry run samples each binade
     t0 = time.perf_counter()
     if args.tanh_table:
-        arrays, info = tanh_table_part(be, n)
+        arrays, info = tanh_table_part(be, n, emin, emax)
         stem = "tanh_table"
     else:
         arrays, info = rsqrt_part(be, n)
-        a2, i2 = tanh_part(be, n, -20, 4, np.random.default_rng(7))
-        arrays.update(a2)
-        info["tanh"] = i2
+        if not args.rsqrt_only:
+            a2, i2 = tanh_part(be, n, -20, 4, np.random.default_rng(7))
+            arrays.update(a2)
+            info["tanh"] = i2
         stem = "mufu_probe"
     info["seconds"] = round(time.perf_counter() - t0, 1)
     if args.backend == "gpu":

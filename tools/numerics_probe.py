@@ -41,6 +41,8 @@ def mma_cases(rng, n, k, kind):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--no-summary", action="store_true",
+                    help="skip the per-op agreement lines (spak calibrate --check prints them)")
     args = ap.parse_args()
     out = Path(args.out)
     import torch
@@ -97,12 +99,14 @@ def main():
     ex.update(sum_x=xs, sum_y=Ys.cpu().numpy())
     np.savez_compressed(out / "probe_elementwise.npz", **ex)
 
+    print("files:", sorted(os.listdir(out)))
+    if args.no_summary:
+        return
     # agreement with the simulator's models, op by op (the same code as `spak calibrate --check`)
     from spak.device.calibrate import agreement
     for model in ("sm_90", "sm_90-v0"):
         for op, group, pct, worst in agreement(model, out):
             print(f"{model} {op} {group}: {pct:.4f}% bit-identical, worst {worst} ulp")
-    print("files:", sorted(os.listdir(out)))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ versions). Bring DIR home;
 (calibration.json) against every file, including the ops that model only assumes (sm_120
 and sm_89: sm_90's MUFU tables and row-sum order), each reported as "exact" or "assumed";
 exit 1 when either is refuted.
+
+`--record DIR --quick` (meant for under 2 minutes; the full record did not finish in
+150 s on an H200) keeps every check that can fail but records less: the probes and the
+exhaustive exp2/rcp tables as above, MUFU.RSQ's whole table without the tanh survey,
+MUFU.TANH's table on two binades ([0.5, 2)), the FMHA cases on two small shapes
+(QUICK_SET), no per-op kernels. calibration.json says so. The tools run at once, beside
+the FMHA cases (their output in DIR/<step>.log; seconds per step in calibration.json).
 """
 from __future__ import annotations
 
@@ -45,6 +52,9 @@ CALIBRATION = "calibration.json"
 AGREEMENT = "agreement.npz"
 #: the FMHA cases --record runs on the GPU (spak.attention.problems shape set)
 AGREEMENT_SET = "default"
+#: --quick's FMHA cases: both kernels, fp16 causal and bf16 masked GQA with Sq != Sk and
+#: ragged tiles (the `default` set's replay on a CPU takes minutes)
+QUICK_SET = ["1x2x17x64/causal/fp16", "2x4:2x77:130x64/noncausal/bf16/mask"]
 
 
 def _ulp_stats(got, want):
@@ -128,10 +138,13 @@ def rsq_tanh_rows(model_name: str, data: Path) -> list[tuple[str, str, float, in
     f = data / "tanh_table.npz"
     table = mufu.tanh_table()
     if f.exists() and table is not None:
-        x, want = _tanh_runs(np.load(f))
+        z = np.load(f)
+        x, want = _tanh_runs(z)
         got = mufu.tanh_sm90(x, table).view(np.uint32)
         ulp = np.abs(got.astype(np.int64) - want.astype(np.int64))
-        rows.append(("mufu_tanh", f"{want.size // 4} runs of +-[2^-8, 8)",
+        es = sorted(int(k[1:-len("_first")]) for k in z.files if k.endswith("_first"))
+        span = f"+-[2^{es[0]}, 2^{es[-1] + 1})" if es else "no binades"
+        rows.append(("mufu_tanh", f"{want.size // 4} runs of {span}",
                      float((got == want).mean() * 100), int(ulp.max()) if ulp.size else 0))
     return rows
 
@@ -192,15 +205,23 @@ def fmha_rows(model_name: str, data: Path) -> list[tuple[str, str, float, int]]:
         g[0] += r["elements"]
         g[1] += round(r["bit"] * r["elements"])
         g[2] = max(g[2], r["ulp"])
-    return [("fmha", f"{name}, {AGREEMENT_SET} set", 100.0 * s / n if n else 100.0, worst)
+    shapes = _recorded(data).get("agreement_set", AGREEMENT_SET)
+    return [("fmha", f"{name}, {shapes} set", 100.0 * s / n if n else 100.0, worst)
             for name, (n, s, worst) in groups.items()]
 
 
-def record_agreement(data: Path, arch: str, run=None) -> int:
+def _recorded(data: Path) -> dict:
+    import json
+    f = data / CALIBRATION
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def record_agreement(data: Path, arch: str, run=None, shapes=None) -> int:
     """Run both kernels on the `default` shape set (fp16 and bf16, the arch's default tiles)
     and keep every case's inputs and output in agreement.npz (tools/agree_replay.py's format).
     run(kernel, q, k, v, mask, causal, dtype, tiles) -> output as numpy; default: the
-    local GPU through spak.fmha. Returns the number of cases (~10 MB for the default set)."""
+    local GPU through spak.fmha. `shapes`: shape strings instead of the set. Returns the
+    number of cases (~10 MB for the default set)."""
     import json
     import numpy as np
     from spak.attention.problems import SHAPE_SETS, expand, make_inputs
@@ -208,7 +229,7 @@ def record_agreement(data: Path, arch: str, run=None) -> int:
     run = run or _run_on_gpu
     dump: dict = {}
     n = 0
-    for spec in expand(SHAPE_SETS[AGREEMENT_SET]):
+    for spec in expand(shapes or SHAPE_SETS[AGREEMENT_SET]):
         inp = make_inputs(spec)
         tiles = default_tiles(spec.D, arch, spec.causal)
         for kernel in ("fused", "naive"):
@@ -238,11 +259,13 @@ def _run_on_gpu(kernel, q, k, v, mask, causal, dtype, tiles):
     return out.cpu().numpy() if dtype == "fp16" else out.float().cpu().numpy()
 
 
-def record(out: Path) -> int:
-    """Probes, MUFU tables and FMHA agreement cases on the local GPU, into `out`."""
+def record(out: Path, quick: bool = False) -> int:
+    """Probes, MUFU tables and FMHA agreement cases on the local GPU, into `out`
+    (`quick`: QUICK_STEPS and QUICK_SET, see the module's doc)."""
     import datetime
     import json
     import platform
+    import time
     from spak.device.archs import from_torch
     arch, _, name = from_torch()
     if arch is None:
@@ -250,33 +273,75 @@ def record(out: Path) -> int:
               "needed; --check --data DIR runs anywhere)", file=sys.stderr)
         return 1
     out.mkdir(parents=True, exist_ok=True)
-    steps = {}
-    for step, script, *extra in RECORD_STEPS:
-        print(f"== {step}: tools/{script} {' '.join(extra)}", flush=True)
-        steps[step] = subprocess.call([sys.executable, str(ROOT / "tools" / script),
-                                       *_out_flag(script, out), *extra])
-    print("== agreement: both kernels, the default shape set, fp16 and bf16", flush=True)
+    plan = QUICK_STEPS if quick else RECORD_STEPS
+    procs = _start_tools(plan, out)     # they run beside the FMHA cases below
+    shapes = "quick" if quick else AGREEMENT_SET
+    print(f"== agreement: both kernels, the {shapes} shape set", flush=True)
+    t0 = time.perf_counter()
+    agreed = {}
     try:
-        steps["agreement_cases"] = record_agreement(out, arch)
+        agreed["agreement_cases"] = record_agreement(out, arch,
+                                                     shapes=QUICK_SET if quick else None)
     except Exception as exc:          # the other records are still worth bringing home
-        steps["agreement_error"] = f"{type(exc).__name__}: {exc}"
+        agreed["agreement_error"] = f"{type(exc).__name__}: {exc}"
+    agreement_s = round(time.perf_counter() - t0, 1)
+    steps, seconds = _wait_tools(procs, out)
+    steps.update(agreed)
+    seconds["agreement"] = agreement_s
     meta = {"gpu": name, "arch": arch, "date": datetime.date.today().isoformat(),
-            "host": platform.node(), "steps": steps, "versions": _versions(),
-            "commit": _commit()}
+            "host": platform.node(), "quick": quick, "agreement_set": shapes,
+            "steps": steps, "seconds": seconds, "versions": _versions(), "commit": _commit()}
     (out / CALIBRATION).write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"wrote {out}: {sorted(p.name for p in out.iterdir())}\n"
+    print(f"seconds per step: {seconds}\n"
+          f"wrote {out}: {sorted(p.name for p in out.iterdir())}\n"
           f"then, on any machine: spak calibrate --check --data {out}")
-    return 0 if not any(v for k, v in steps.items() if k in dict.fromkeys(
-        st[0] for st in RECORD_STEPS)) and "agreement_error" not in steps else 1
+    failed = any(steps[st[0]] for st in plan) or "agreement_error" in steps
+    return 1 if failed else 0
 
 
-#: what --record runs, in order: (step, ci script, extra flags). The probes and MUFU tables
+#: what --record runs (all at once, beside the FMHA cases): (step, tools/ script, flags). The probes and MUFU tables
 #: of issue 6, then issue 19's: MUFU.RSQ's table and tanh samples (mufu_probe.npz),
 #: MUFU.TANH's whole table (tanh_table.npz) and the per-op kernels (sim_ops_gpu.npz: sums,
 #: scans, matmul accumulation, gathers, atomics, the shape rules).
 RECORD_STEPS = (("probes", "numerics_probe.py"), ("tables", "numerics_tables.py"),
                 ("mufu_rsq", "mufu_probe.py"), ("mufu_tanh", "mufu_probe.py", "--tanh-table"),
                 ("ops", "sim_ops_gpu.py", "--extra", "--shapes"))
+#: --quick: the same files minus the per-op kernels and the tanh survey (mufu_probe.npz
+#: holds MUFU.RSQ's whole table only; tanh_table.npz two binades); the probes do not print
+#: their own summary against the models (--check does, and its numba compile costs ~10 s)
+QUICK_STEPS = (("probes", "numerics_probe.py", "--no-summary"),
+               ("tables", "numerics_tables.py"),
+               ("mufu_rsq", "mufu_probe.py", "--rsqrt-only"),
+               ("mufu_tanh", "mufu_probe.py", "--tanh-table", "--binades=-1,0"))
+
+
+def _start_tools(plan, out: Path) -> dict:
+    """Start every tool of the plan at once (independent files; on one GPU their start-up,
+    compiles and launches overlap): {step: (Popen, start time)}, output in DIR/<step>.log."""
+    import time
+    procs = {}
+    for step, script, *extra in plan:
+        print(f"== {step}: tools/{script} {' '.join(extra)} > {step}.log", flush=True)
+        with open(out / f"{step}.log", "w") as log:
+            cmd = [sys.executable, str(ROOT / "tools" / script), *_out_flag(script, out), *extra]
+            procs[step] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT),
+                           time.perf_counter())
+    return procs
+
+
+def _wait_tools(procs: dict, out: Path) -> tuple[dict, dict]:
+    """({step: exit status}, {step: seconds to its end}); each log's last lines printed."""
+    import time
+    steps, seconds = {}, {}
+    while len(steps) < len(procs):
+        for step, (proc, t0) in procs.items():
+            if step not in steps and proc.poll() is not None:
+                steps[step], seconds[step] = proc.returncode, round(time.perf_counter() - t0, 1)
+        time.sleep(0.1)
+    for step in procs:
+        tail = (out / f"{step}.log").read_text(errors="replace").splitlines()[-3:]
+        print(f"-- {step}: exit {steps[step]} after {seconds[step]} s", *tail, sep="\n   ")
+    return steps, seconds
 
 
 def _out_flag(script: str, out: Path) -> list:
@@ -295,11 +360,7 @@ def _commit():
 
 
 def recorded_arch(data: Path):
-    import json
-    f = data / CALIBRATION
-    if not f.exists():
-        return None
-    return json.loads(f.read_text()).get("arch")
+    return _recorded(data).get("arch")
 
 
 def probe_now() -> Path | None:
