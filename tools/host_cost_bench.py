@@ -187,6 +187,18 @@ def run_eager(torch, rows, n):
     return results
 
 
+def markdown(meta, eager, bench) -> str:
+    """host_cost.md: the eager table (and do_bench rows, when a caller adds them)."""
+    lines = [f"# Eager host cost per call ({meta['gpu']}, {meta['date']})", "",
+             f"{meta['n']} eager calls, one synchronize at the end, best of 3 loops; us per call.",
+             "", "| problem | provider | us |", "|---|---|---|"]
+    lines += [f"| {k.split(' | ')[0]} | {k.split(' | ')[-1]} | {v} |" for k, v in eager.items()]
+    if bench:
+        lines += ["", "do_bench 2x8x512x64 causal (median ms, TFLOPS):", ""]
+        lines += [f"- {k}: {v}" for k, v in bench.items()]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="host_cost_out")
