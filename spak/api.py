@@ -746,7 +746,8 @@ _unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead
 _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 #: autograd.Function's C apply bound to _Train (what Function.apply calls last), or None
 _TRAIN_C_APPLY = (_fn_apply.__get__(None, _Train)
-                  if None not in (_fn_apply, _unwrap_if_dead, _transforms_active) else None)
+                  if None not in (_fn_apply, _unwrap_if_dead, _transforms_active)
+                  and type(_fn_apply).__name__ == "classmethod_descriptor" else None)
 
 
 def _train_apply(q, k, v, args):
