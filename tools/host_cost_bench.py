@@ -5,7 +5,8 @@
 eager_us(fn, n): n eager calls back to back, one synchronize at the end: for problems whose
 GPU work is shorter than the host's, the wall time per call is the host's cost per call
 (the figure a user's eager loop sees). Rows: spak.fmha (1x2x16x64 and 4x16x512x64 causal),
-forward + backward (1x2x16x64 causal), spak.fmha_kvcache (1 query x 32 heads : 8 kv heads,
+forward + backward (1x2x16x64 causal; and apart: the forward that records the graph, the
+backward's body api._bwd_impl without the autograd engine), spak.fmha_kvcache (1 query x 32 heads : 8 kv heads,
 256-key cache), spak.fmha_varlen (2 sequences); SDPA (cuDNN, flash, default) on the same
 problems; the floor: ct.launch alone, of the fused kernel with prepared arguments, and of
 a trivial kernel (no argument; 5 tensors + 8 scalars as torch tensors and as objects with
@@ -78,6 +79,12 @@ def eager_rows(torch, dev):
         qg, kg, vg, is_causal=True).backward(do)
     r.update(_sdpa_rows(torch, F, "fwd+bwd 1x2x16x64 causal", lambda: F.scaled_dot_product_attention(
         qg, kg, vg, is_causal=True).backward(do)))
+    # where the training step's time goes: the forward that records the graph alone, and
+    # the backward's body alone (3 launches + allocations, no autograd engine)
+    r["fwd (grad) 1x2x16x64 causal | spak"] = lambda: spak.fmha(qg, kg, vg, is_causal=True)
+    r.update(_sdpa_rows(torch, F, "fwd (grad) 1x2x16x64 causal",
+                        lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)))
+    r["bwd body 1x2x16x64 causal | spak api._bwd_impl"] = _bwd_body(spak, qg, kg, vg, do)
     qd = _rand(torch, dev, 1, 1, 32, 64)
     kc, vc = (_rand(torch, dev, 1, 256, 8, 64) for _ in range(2))
     lens = torch.tensor([256], dtype=torch.int32, device=dev)
@@ -97,6 +104,16 @@ def eager_rows(torch, dev):
     r.update(_sdpa_rows(torch, F, "varlen 2 seqs (16, 24) x2x64 causal (SDPA: padded 2x2x24)",
                         lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)))
     return r, (q1, k1, v1)
+
+
+def _bwd_body(spak, q, k, v, dout):
+    """One call of the backward's body (api._bwd_impl: allocations, config, 3 launches)
+    on the state a training forward saved, without the autograd engine."""
+    from spak import api
+    o = spak.fmha(q, k, v, is_causal=True)
+    sq, sk, sv, out, lse, mask = o.grad_fn.saved_tensors
+    scale = o.grad_fn.scale
+    return lambda: api._bwd_impl(dout, sq, sk, sv, out, lse, mask, True, scale)
 
 
 def floor_rows(torch, dev, q1, k1, v1):
