@@ -1,18 +1,22 @@
 """Eager host cost per call of SPAK's entry points against SDPA, in one process (issue 34).
 
-    source .carry/setup.sh && python tools/host_cost_bench.py --out DIR [--n 2000] [--dry-run]
+    source .carry/setup.sh && python tools/host_cost_bench.py --out DIR [--n 2000] [--check]
+    python tools/host_cost_bench.py --dry-run          # the rows on the CPU, CUDA faked
 
 eager_us(fn, n): n eager calls back to back, one synchronize at the end: for problems whose
 GPU work is shorter than the host's, the wall time per call is the host's cost per call
 (the figure a user's eager loop sees). Rows: spak.fmha (1x2x16x64 and 4x16x512x64 causal),
-forward + backward (1x2x16x64 causal; and apart: the forward that records the graph, the
-backward's body api._bwd_impl without the autograd engine), spak.fmha_kvcache (1 query x 32 heads : 8 kv heads,
-256-key cache), spak.fmha_varlen (2 sequences); SDPA (cuDNN, flash, default) on the same
-problems; the floor: ct.launch alone, of the fused kernel with prepared arguments, and of
-a trivial kernel (no argument; 5 tensors + 8 scalars as torch tensors and as objects with
-a ready __cuda_array_interface__). spak.fmha against NVIDIA's sample under do_bench is the
-harness's (`spak run --timing flush --peers sdpa,nvidia-sample`). Every row fails soft. Writes host_cost.json
-and host_cost.md into --out; prints the table. --dry-run: the rows with stand-ins on the CPU.
+forward + backward (1x2x16x64 causal; and apart: the forward that records the graph, and
+the backward's body api._bwd_impl without the autograd engine), spak.fmha_kvcache (1 query
+x 32 heads : 8 kv heads, 256-key cache; also with two splits, the former plan),
+spak.fmha_varlen (2 sequences); SDPA (cuDNN, flash, default) on the same problems; the
+floor: ct.launch alone, of the fused kernel with prepared arguments, and of a trivial
+kernel (no argument; 5 tensors + 8 scalars as torch tensors and as objects with a ready
+__cuda_array_interface__). --check: gpu_checks (decode split counts' GPU time from CUDA
+graphs, the changed paths against float64). spak.fmha against NVIDIA's sample under
+do_bench is the harness's (`spak run --timing flush --peers sdpa,nvidia-sample`). Every row
+fails soft. Writes host_cost.json and host_cost.md into --out (after each part); prints
+the table.
 """
 from __future__ import annotations
 
