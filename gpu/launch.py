@@ -177,6 +177,36 @@ def dummy_mask(like):
 _DUMMIES: dict = {}
 
 
+#: workspace offsets rounded up to this many floats (256 bytes: the allocator's own
+#: alignment, which the kernels' TMA loads and the compiled variants assume)
+_ALIGN = 64
+
+
+def workspace_layout(shapes) -> tuple:
+    """(total floats, ((shape, strides, offset), ...)): the split workspaces as views of
+    one float32 buffer, so a call makes one torch.empty (~4.9 us of host time each on an
+    H200, results/issue34-host-h200-2026-11-28), not one per workspace."""
+    views, at = [], 0
+    for shape in shapes:
+        strides, n = [], 1
+        for d in reversed(shape):
+            strides.insert(0, n)
+            n *= d
+        views.append((shape, tuple(strides), at))
+        at += -(-n // _ALIGN) * _ALIGN
+    return at, tuple(views)
+
+
+def workspaces(layout, device) -> list:
+    """The workspaces of a workspace_layout: one allocation, views at aligned offsets."""
+    total, views = layout
+    if not views:
+        return []
+    import torch
+    buf = torch.empty(total, dtype=torch.float32, device=device)
+    return [buf.as_strided(shape, strides, off) for shape, strides, off in views]
+
+
 def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask=None,
                   causal: bool = False, scale: Optional[float] = None,
                   tiles: Optional[dict] = None, stream=None, hints: Optional[dict] = None):
@@ -185,9 +215,10 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     forward's ``out`` and row log-sum-exp ``lse`` (float32 [B, Hq, Sq]).
 
     gpu.plan_bwd.plan_fmha_bwd plans it (tiles None = its defaults), once per shape, dtype,
-    flags and config (_plan_bwd_recipe); its workspaces are fresh torch tensors on q's
-    device each call (the caching allocator: CUDA-graph capture safe); the cache keeps no
-    tensor. plan_bwd is imported when first needed: the inference path never needs it.
+    flags and config (_plan_bwd_recipe); its workspaces are views of one fresh torch
+    tensor on q's device each call (the caching allocator: CUDA-graph capture safe); the
+    cache keeps no tensor but the dummy mask (dummy_mask: allocated outside any graph
+    pool). plan_bwd is imported when first needed: the inference path never needs it.
     hints: {occupancy, num_ctas} for the dK/dV and dQ launches (a tuned store entry's;
     the memory-bound preprocess keeps its own), None = the kernels' own.
     """
@@ -211,12 +242,8 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
         _BWD_PLANS[key] = recipe
     # this call's tensors and fresh workspaces in the places the plan put them: a pool of
     # (named, workspaces, constants), each launch's arguments taken by one itemgetter
-    launches, work, consts = recipe
-    import torch
-    dev = q.device
-    spaces = tuple(torch.empty(shape, dtype=torch.float32 if kind == "float32" else q.dtype,
-                               device=dev) for shape, kind in work)
-    pool = named + spaces + consts
+    launches, layout, consts = recipe
+    pool = named + tuple(workspaces(layout, q.device)) + consts
     stream = current_raw_stream() if stream is None else stream
     for kernel, grid, get in launches:
         ct.launch(stream, grid, kernel, get(pool))
@@ -237,8 +264,11 @@ def bwd_hinted(launches, hints) -> list:
 
 def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=None):
     """The backward's plan as a recipe: (launches as (kernel, grid, getter), workspaces as
-    (shape, kind), constants); a launch's getter takes its arguments from the pool
-    named + workspaces + constants (binding them one by one cost ~10 us a call). Planning
+    one workspace_layout, constants); a launch's getter takes its arguments from the pool
+    named + workspaces + constants (binding them one by one cost ~10 us a call). The
+    float32 workspaces are views of one allocation per call, the never-read dummy mask
+    a constant (dummy_mask): a torch.empty costs ~4.9 us of host time on an H200
+    (results/issue34-host-h200-2026-11-28), and the backward made three a call. Planning
     (validation included) costs ~45 us of host time
     per call, about what a short backward kernel takes; a recipe is rebuilt in a few.
     None when the call's tensors are not distinct objects (q is k in self-attention): then
@@ -246,17 +276,28 @@ def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=N
     from .plan_bwd import plan_fmha_bwd
     if len({id(t) for t in named}) != len(named):
         return None
-    base, work, made = torch_alloc(named[0]), [], []
+    base, work, made, dummies = torch_alloc(named[0]), [], [], []
 
     def alloc(shape, kind):
+        shape = tuple(int(n) for n in shape)
+        if kind != "float32":                 # one float32 buffer holds the workspaces
+            raise _NotCacheable
+        if shape == (1, 1, 1, 1) and not has_mask:  # the never-read mask: kept once
+            dummy, keep = dummy_mask(named[0])
+            if keep:
+                dummies.append(dummy)
+                return dummy
         t = base(shape, kind)
-        work.append((tuple(int(n) for n in shape), kind))
+        work.append(shape)
         made.append(t)
         return t
     q, k, v, out, dout, lse, dq, dk, dv = named[:9]
-    launches = plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv,
-                             mask=named[9] if has_mask else None, causal=causal, scale=scale,
-                             tiles=tiles, alloc=alloc)
+    try:
+        launches = plan_fmha_bwd(kernel_name, q, k, v, out, dout, lse, dq, dk, dv,
+                                 mask=named[9] if has_mask else None, causal=causal,
+                                 scale=scale, tiles=tiles, alloc=alloc)
+    except _NotCacheable:
+        return None
     launches = bwd_hinted(launches, hints)
     import operator
     # the pool fmha_bwd_into binds from: named tensors, workspaces, constants
@@ -266,7 +307,8 @@ def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=N
     for L in launches:
         idx = []
         for a in L.args:
-            if hasattr(a, "data_ptr"):          # a tensor: must be one of ours
+            if hasattr(a, "data_ptr") and not any(a is d for d in dummies):
+                # a tensor: must be one of ours (the kept dummy mask is a constant)
                 if id(a) not in where:
                     return None
                 idx.append(where[id(a)])
@@ -276,7 +318,11 @@ def _plan_bwd_recipe(kernel_name, named, has_mask, causal, scale, tiles, hints=N
         get = (operator.itemgetter(*idx) if len(idx) > 1
                else (lambda pool, i=idx[0]: (pool[i],)))
         recipe.append((L.kernel, L.grid, get))
-    return recipe, work, tuple(consts)
+    return recipe, workspace_layout(work), tuple(consts)
+
+
+class _NotCacheable(Exception):
+    """A backward plan asked for a workspace the recipe does not lay out (not float32)."""
 
 
 _BWD_PLANS: dict = {}

@@ -127,6 +127,14 @@ MAX_SPLITS = 256
 #: may reach at most COMBINE_SHARE of the K/V bytes.
 MIN_SPLIT_TILES = 1
 COMBINE_SHARE = 0.5
+#: A cache of at most this many key tiles is never split (issue 34, the host path): a
+#: split plan is two launches and three workspaces, and on an H200 each ct.launch costs
+#: 4.4 us plus ~1.3 us a tensor argument and each torch.empty ~4.9 us of host time
+#: (results/issue34-host-h200-2026-11-28), while a block walks two key tiles in about
+#: what the combine's own launch takes on the GPU. spak.fmha_kvcache at 1x32:8 heads over
+#: 256 keys was 62 us an eager call on the H200 against SDPA's 19-30. Not yet timed on
+#: the GPU against two splits (.gpujobs/i34.sh times both, CUDA-graph replays).
+SHORT_CACHE_TILES = 2
 #: The combine holds every split of a row chunk in registers: at most this many floats,
 #: half of it once the split tile reaches COMBINE_WIDE_SPLITS. sm_90 (tileiras 13.4,
 #: occupancy hint 4): 64 x 128 and 256 x 32 compile without spill, 128 x 64 spills 200
@@ -253,8 +261,8 @@ def choose_num_splits(blocks: int, key_tiles: int, num_sms: int, *, kv_bytes: in
     traffic (2 x splits x partial_bytes: written, then read) at most COMBINE_SHARE of
     the K/V bytes; a count just past COMBINE_POW2_CAP rounds down to it. From the
     capacity, not the lengths: those live on the device (reading them would cost a sync
-    and break CUDA graph capture)."""
-    if blocks <= 0 or key_tiles <= 0:
+    and break CUDA graph capture). At most SHORT_CACHE_TILES tiles: one split."""
+    if blocks <= 0 or key_tiles <= SHORT_CACHE_TILES:
         return 1
     want = min(max(num_sms // blocks, 1), max(key_tiles // MIN_SPLIT_TILES, 1))
     combine_cap = int(COMBINE_SHARE * kv_bytes // max(2 * partial_bytes, 1))

@@ -325,8 +325,9 @@ def _on_device(device, call):
     """Run call(stream) on `device`'s current stream, with cuTile compile errors explained.
     When `device` is the current GPU (the common case) skip the guard's device switch."""
     dev = device.index
-    guard = _SAME_DEVICE if dev == torch.cuda.current_device() else torch.cuda.device(dev)
     import spak.gpu.launch as gl
+    # gl.current_device: torch.cuda.current_device() without its Python wrapper
+    guard = _SAME_DEVICE if dev == gl.current_device() else torch.cuda.device(dev)
     try:
         with guard:
             return call(gl.current_raw_stream(dev))
@@ -705,7 +706,7 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
             attn_mask is not None and attn_mask.requires_grad)):
         if args[3] == "fused" and (attn_mask is None or not attn_mask.requires_grad) and (
                 _BWD_AVAILABLE or backward_available()):
-            return _Train.apply(q, k, v, *args)        # the custom ops' work, one layer
+            return _train_apply(q, k, v, args)         # the custom ops' work, one layer
         return torch.ops.spak.fmha(q, k, v, *args)     # autograd: the op records the backward
     return _impl(q, k, v, *args)
 
@@ -738,3 +739,27 @@ class _Train(torch.autograd.Function):
             dq, dk, dv = torch.ops.spak.fmha_bwd(dout, q, k, v, out, lse, attn_mask,
                                                  ctx.is_causal, ctx.scale)
         return (dq, dk, dv) + (None,) * 10
+
+
+_fn_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
+_unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+#: autograd.Function's C apply bound to _Train (what Function.apply calls last), or None
+_TRAIN_C_APPLY = (_fn_apply.__get__(None, _Train)
+                  if None not in (_fn_apply, _unwrap_if_dead, _transforms_active)
+                  and type(_fn_apply).__name__ == "classmethod_descriptor" else None)
+
+
+def _train_apply(q, k, v, args):
+    """_Train.apply(q, k, v, *args) without Function.apply's Python layer (issue 34):
+    _Train defines no setup_context, so that layer only unwraps dead functorch wrappers,
+    over all 13 arguments in a generator, before the C apply; only q, k and v can be
+    tensors that need it (attn_mask is None on this path or a plain tensor passed on, as
+    Function.apply would after unwrapping it too). Under a functorch transform, or on a
+    torch without these entry points, Function.apply itself."""
+    if _TRAIN_C_APPLY is None or _transforms_active():
+        return _Train.apply(q, k, v, *args)
+    mask = args[0]
+    if mask is not None:
+        args = (_unwrap_if_dead(mask),) + args[1:]
+    return _TRAIN_C_APPLY(_unwrap_if_dead(q), _unwrap_if_dead(k), _unwrap_if_dead(v), *args)

@@ -185,12 +185,17 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
+    import spak.gpu.launch as gl
     from spak.gpu.plan_decode import plan_decode
     work = []
 
     def alloc(shape, kind):
-        work.append(torch.empty(tuple(int(n) for n in shape), dtype=torch.float32,
-                                device=q.device))
+        shape = tuple(int(n) for n in shape)
+        if shape == (1, 1, 1, 1):             # one split's never-read dummies: kept once
+            dummy, keep = gl.dummy_mask(q)
+            if keep:
+                return dummy
+        work.append(torch.empty(shape, dtype=torch.float32, device=q.device))
         return work[-1]
 
     launches = plan_decode(q, k_cache, v_cache, lens, out, block_table=block_table,
@@ -207,8 +212,10 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
                           for L in launches)
     if len(_PLANS) >= 512:                    # many distinct shapes: start over
         _PLANS.clear()
-    _PLANS[key] = cached = (templates, [tuple(w.shape) for w in work])
+    _PLANS[key] = cached = (templates, gl.workspace_layout([tuple(w.shape) for w in work]))
     return cached
+
+
 
 
 class _Const:
@@ -259,12 +266,13 @@ def _impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                            kt_form)
     elif kt_form == _KT_LOOKED_UP:                      # fmha_kvcache's memo: the plan's choice
         kt_form = -1
-    templates, shapes = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
+    templates, layout = _plan(q, k_cache, v_cache, lens, bt, out, is_causal, scale,
                               num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
                               num_ctas, lat, ahead)
-    # one workspace allocation per call, through torch's caching allocator (and its
-    # graph pools under CUDA graph capture)
-    work = [torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes]
+    # at most one workspace allocation per call, through torch's caching allocator (and
+    # its graph pools under CUDA graph capture); none for a one-split plan
+    import spak.gpu.launch as gl
+    work = gl.workspaces(layout, q.device)
     tensors = {"q": q, "k": k_cache, "v": v_cache, "lens": lens, "out": out, "bt": bt}
     launch_templates(q.device, templates, work, tensors)
     return out

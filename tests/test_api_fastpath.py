@@ -65,6 +65,7 @@ def rec(monkeypatch, tmp_path):
         r.train.append(args)
         return _out(q, v)
     monkeypatch.setattr(api, "_Train", SimpleNamespace(apply=train))
+    monkeypatch.setattr(api, "_train_apply", lambda q, k, v, args: train(q, k, v, *args))
     api._VALIDATED.clear()
     api._lookup_cache.clear()
     yield r

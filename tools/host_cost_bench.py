@@ -1,17 +1,22 @@
 """Eager host cost per call of SPAK's entry points against SDPA, in one process (issue 34).
 
-    source .carry/setup.sh && python tools/host_cost_bench.py --out DIR [--n 2000] [--dry-run]
+    source .carry/setup.sh && python tools/host_cost_bench.py --out DIR [--n 2000] [--check]
+    python tools/host_cost_bench.py --dry-run          # the rows on the CPU, CUDA faked
 
 eager_us(fn, n): n eager calls back to back, one synchronize at the end: for problems whose
 GPU work is shorter than the host's, the wall time per call is the host's cost per call
 (the figure a user's eager loop sees). Rows: spak.fmha (1x2x16x64 and 4x16x512x64 causal),
-forward + backward (1x2x16x64 causal), spak.fmha_kvcache (1 query x 32 heads : 8 kv heads,
-256-key cache), spak.fmha_varlen (2 sequences); SDPA (cuDNN, flash, default) on the same
-problems; the floor: ct.launch alone, of the fused kernel with prepared arguments, and of
-a trivial kernel (no argument; 5 tensors + 8 scalars as torch tensors and as objects with
-a ready __cuda_array_interface__). spak.fmha against NVIDIA's sample under do_bench is the
-harness's (`spak run --timing flush --peers sdpa,nvidia-sample`). Every row fails soft. Writes host_cost.json
-and host_cost.md into --out; prints the table. --dry-run: the rows with stand-ins on the CPU.
+forward + backward (1x2x16x64 causal; and apart: the forward that records the graph, and
+the backward's body api._bwd_impl without the autograd engine), spak.fmha_kvcache (1 query
+x 32 heads : 8 kv heads, 256-key cache; also with two splits, the former plan),
+spak.fmha_varlen (2 sequences); SDPA (cuDNN, flash, default) on the same problems; the
+floor: ct.launch alone, of the fused kernel with prepared arguments, and of a trivial
+kernel (no argument; 5 tensors + 8 scalars as torch tensors and as objects with a ready
+__cuda_array_interface__). --check: gpu_checks (decode split counts' GPU time from CUDA
+graphs, the changed paths against float64). spak.fmha against NVIDIA's sample under
+do_bench is the harness's (`spak run --timing flush --peers sdpa,nvidia-sample`). Every row
+fails soft. Writes host_cost.json and host_cost.md into --out (after each part); prints
+the table.
 """
 from __future__ import annotations
 
@@ -78,10 +83,19 @@ def eager_rows(torch, dev):
         qg, kg, vg, is_causal=True).backward(do)
     r.update(_sdpa_rows(torch, F, "fwd+bwd 1x2x16x64 causal", lambda: F.scaled_dot_product_attention(
         qg, kg, vg, is_causal=True).backward(do)))
+    # where the training step's time goes: the forward that records the graph alone, and
+    # the backward's body alone (3 launches + allocations, no autograd engine)
+    r["fwd (grad) 1x2x16x64 causal | spak"] = lambda: spak.fmha(qg, kg, vg, is_causal=True)
+    r.update(_sdpa_rows(torch, F, "fwd (grad) 1x2x16x64 causal",
+                        lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)))
+    r["bwd body 1x2x16x64 causal | spak api._bwd_impl"] = _bwd_body(spak, qg, kg, vg, do)
     qd = _rand(torch, dev, 1, 1, 32, 64)
     kc, vc = (_rand(torch, dev, 1, 256, 8, 64) for _ in range(2))
     lens = torch.tensor([256], dtype=torch.int32, device=dev)
     r["kvcache 1x1x32:8 x256 | spak"] = lambda: spak.fmha_kvcache(qd, kc, vc, lens)
+    # the plan before gpu.plan_decode.SHORT_CACHE_TILES: split + combine
+    r["kvcache 1x1x32:8 x256 | spak num_splits=2"] = lambda: spak.fmha_kvcache(
+        qd, kc, vc, lens, num_splits=2)
     qs, ks, vs = qd.transpose(1, 2).contiguous(), *(t.transpose(1, 2).contiguous()
                                                     for t in (kc, vc))
     r.update(_sdpa_rows(torch, F, "kvcache 1x1x32:8 x256", lambda: F.scaled_dot_product_attention(
@@ -94,6 +108,16 @@ def eager_rows(torch, dev):
     r.update(_sdpa_rows(torch, F, "varlen 2 seqs (16, 24) x2x64 causal (SDPA: padded 2x2x24)",
                         lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)))
     return r, (q1, k1, v1)
+
+
+def _bwd_body(spak, q, k, v, dout):
+    """One call of the backward's body (api._bwd_impl: allocations, config, 3 launches)
+    on the state a training forward saved, without the autograd engine."""
+    from spak import api
+    o = spak.fmha(q, k, v, is_causal=True)
+    sq, sk, sv, out, lse, mask = o.grad_fn.saved_tensors
+    scale = o.grad_fn.scale
+    return lambda: api._bwd_impl(dout, sq, sk, sv, out, lse, mask, True, scale)
 
 
 def floor_rows(torch, dev, q1, k1, v1):
@@ -187,11 +211,25 @@ def run_eager(torch, rows, n):
     return results
 
 
+def markdown(meta, eager, bench) -> str:
+    """host_cost.md: the eager table (and do_bench rows, when a caller adds them)."""
+    lines = [f"# Eager host cost per call ({meta['gpu']}, {meta['date']})", "",
+             f"{meta['n']} eager calls, one synchronize at the end, best of 3 loops; us per call.",
+             "", "| problem | provider | us |", "|---|---|---|"]
+    lines += [f"| {k.split(' | ')[0]} | {k.split(' | ')[-1]} | {v} |" for k, v in eager.items()]
+    if bench:
+        lines += ["", "do_bench 2x8x512x64 causal (median ms, TFLOPS):", ""]
+        lines += [f"- {k}: {v}" for k, v in bench.items()]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="host_cost_out")
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--dry-run", action="store_true", help="the rows on the CPU, CUDA faked")
+    ap.add_argument("--check", action="store_true",
+                    help="then the changed paths' GPU checks (gpu_checks)")
     args = ap.parse_args(argv)
     import torch
     out = Path(args.out)
@@ -216,10 +254,103 @@ def main(argv=None) -> int:
         traceback.print_exc()
     # spak.fmha vs NVIDIA's sample under do_bench is the harness's job: `spak run --family
     # fmha_fwd --shapes 2x8x512x64/causal --timing flush --peers sdpa,nvidia-sample`
-    (out / "host_cost.json").write_text(json.dumps({"meta": meta, "eager_us": eager,
-                                                    "do_bench": bench}, indent=1))
-    (out / "host_cost.md").write_text(markdown(meta, eager, bench))
+    write(out, meta, eager, bench)
+    if args.check:
+        try:
+            bench.update(gpu_checks(torch, dev))
+        except Exception:
+            traceback.print_exc()
+        write(out, meta, eager, bench)
     return 0
+
+
+def write(out, meta, eager, bench):
+    (out / "host_cost.json").write_text(json.dumps({"meta": meta, "eager_us": eager,
+                                                    "checks": bench}, indent=1))
+    (out / "host_cost.md").write_text(markdown(meta, eager, bench))
+
+
+def graph_us(torch, fn, calls: int = 50, replays: int = 20) -> float:
+    """GPU microseconds per call: ``calls`` calls captured in one CUDA graph, replayed
+    ``replays`` times between two events (no host cost in the figure)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(replays):
+        g.replay()
+    t1.record()
+    torch.cuda.synchronize()
+    return t0.elapsed_time(t1) * 1e3 / (calls * replays)
+
+
+def gpu_checks(torch, dev) -> dict:
+    """The changed paths on the GPU (issue 34c): decode at 256 and 512 keys, one split
+    (the new plan at 256) vs two, GPU time per call in a CUDA graph and both against a
+    float64 reference; fwd+bwd gradients (views of one workspace buffer, the kept dummy
+    mask, _Train's C apply) against float64. The training check first: its kernels are
+    compiled already; each decode split count may compile a variant."""
+    import spak
+    from spak.core.metrics import gate_for
+    gate = gate_for("fp16")
+    res = {}
+    g = torch.Generator(device=dev).manual_seed(0)
+    name = "check | fwd+bwd 1x2x16x64 causal grads vs float64"
+    try:
+        qkv = [torch.randn(1, 2, 16, 64, device=dev, generator=g).half().requires_grad_()
+               for _ in range(3)]
+        dout = torch.randn(1, 2, 16, 64, device=dev, generator=g).half()
+        for _ in range(2):                      # the second step takes the cached recipe
+            for t in qkv:
+                t.grad = None
+            spak.fmha(*qkv, is_causal=True).backward(dout)
+        ref = [t.detach().double().requires_grad_() for t in qkv]
+        torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True).backward(
+            dout.double())
+        res[name] = {n: round(float((t.grad.double() - r.grad).norm() / r.grad.norm()), 6)
+                     for n, t, r in zip("qkv", qkv, ref)}
+        res[name]["pass"] = all(v <= gate for v in res[name].values())
+    except Exception as exc:
+        res[name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+    print(f"  {name:<58} {res[name]}", flush=True)
+    for keys in (256, 512):
+        q = torch.randn(1, 1, 32, 64, device=dev, generator=g).half()
+        kc, vc = (torch.randn(1, keys, 8, 64, device=dev, generator=g).half() for _ in range(2))
+        lens = torch.tensor([keys - 7], dtype=torch.int32, device=dev)
+        ref = _decode_ref(torch, q, kc, vc, keys - 7)
+        for splits in (None, 1, 2):
+            name = f"check | kvcache 1x1x32:8 x{keys} num_splits={splits}"
+            try:
+                def fn():
+                    return spak.fmha_kvcache(q, kc, vc, lens, num_splits=splits)
+                out = fn()
+                err = float((out.double() - ref).norm() / ref.norm())
+                res[name] = {"rel_l2_vs_f64": round(err, 6), "pass": bool(
+                    torch.isfinite(out).all()) and err <= gate,
+                    "gpu_us_graph": round(graph_us(torch, fn), 2)}
+            except Exception as exc:
+                res[name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+            print(f"  {name:<58} {res[name]}", flush=True)
+    return res
+
+
+def _decode_ref(torch, q, kc, vc, n):
+    """float64 decode attention of q [1, 1, Hq, D] over the first n keys of the cache."""
+    qd = q.double()[0, 0]                                    # [Hq, D]
+    k, v = kc.double()[0, :n], vc.double()[0, :n]            # [n, Hkv, D]
+    group = qd.shape[0] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)   # [n, Hq, D]
+    s = torch.einsum("hd,nhd->hn", qd, k) / qd.shape[-1] ** 0.5
+    return torch.einsum("hn,nhd->hd", s.softmax(-1), v)[None, None]
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import os
 import sys
 import time
 
-__all__ = ["fake_cuda", "count_calls", "per_call_us", "FAKE_GPU", "LAUNCHES"]
+__all__ = ["fake_cuda", "count_calls", "device_calls", "per_call_us", "FAKE_GPU", "LAUNCHES",
+           "GPU_US"]
 
 FAKE_GPU = "NVIDIA H100 80GB HBM3"
 #: (grid, kernel, args) of every launch under fake_cuda (cleared on entry)
@@ -43,6 +44,21 @@ class _NoDevice:
 
     def __exit__(self, *exc):
         return False
+
+
+#: calls of the faked torch.cuda functions ("cuda_query") and of torch._C's raw device
+#: and stream getters ("raw_getter": C calls, cheap on a GPU too)
+QUERIES = {"cuda_query": 0, "raw_getter": 0}
+
+
+def _counted(fn, kind="cuda_query"):
+    """fn, counting its calls in QUERIES[kind] (a real one asks the CUDA runtime)."""
+    def query(*args, **kwargs):
+        QUERIES[kind] += 1
+        return fn(*args, **kwargs)
+    # named like a lambda: count_calls counts what it calls, not the counter itself
+    query.__code__ = query.__code__.replace(co_name="<query>")
+    return query
 
 
 def _launch(stream, grid, kernel, args):
@@ -68,14 +84,14 @@ def fake_cuda():
         return real_check(named, optional, False, entry, cpu_hint)
     props = types.SimpleNamespace(multi_processor_count=132, L2_cache_size=50 << 20,
                                   major=9, minor=0, name=FAKE_GPU)
-    cuda = {"current_device": lambda: None, "device": _NoDevice,
-            "get_device_capability": lambda *a: (9, 0),
-            "get_device_name": lambda *a: FAKE_GPU,
-            "get_device_properties": lambda *a: props,
-            "is_current_stream_capturing": lambda: False}
+    cuda = {"current_device": _counted(lambda: None), "device": _counted(_NoDevice),
+            "get_device_capability": _counted(lambda *a: (9, 0)),
+            "get_device_name": _counted(lambda *a: FAKE_GPU),
+            "get_device_properties": _counted(lambda *a: props),
+            "is_current_stream_capturing": _counted(lambda: False)}
     patches = [(torch.cuda, name, val) for name, val in cuda.items()]
-    patches += [(torch._C, "_cuda_getCurrentRawStream", lambda device: 0),
-                (torch._C, "_cuda_getDevice", lambda: None),
+    patches += [(torch._C, "_cuda_getCurrentRawStream", _counted(lambda device: 0, "raw_getter")),
+                (torch._C, "_cuda_getDevice", _counted(lambda: None, "raw_getter")),
                 (ct, "launch", _launch)]
     patches += [(mod, "check_devices", check_devices) for mod in (api, kvc, _varlen(), tc)]
     saved = [(obj, name, getattr(obj, name, _MISSING)) for obj, name, _ in patches]
@@ -138,6 +154,50 @@ def count_calls(fn, *, where=_ROOT) -> int:
     finally:
         sys.setprofile(None)
     return count
+
+
+#: torch functions and Tensor methods that allocate a tensor (on a GPU: the CUDA caching
+#: allocator, ~4.9 us of host time each on an H200, results/issue34-host-h200-2026-11-28)
+ALLOC_NAMES = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like",
+                         "ones", "ones_like", "full", "full_like", "tensor", "new_empty",
+                         "new_zeros", "new_ones", "new_full", "new_tensor", "clone"})
+#: host microseconds of each device-side call on an H200 (issue 34's floor rows): a
+#: launch, each torch tensor argument of a launch, an allocation, a torch.cuda query
+#: (its Python wrapper and lazy-init check; an estimate, not a floor row)
+GPU_US = {"launch": 4.4, "tensor_arg": 1.3, "alloc": 4.9, "cuda_query": 1.0}
+
+
+def device_calls(fn) -> dict:
+    """What the fake makes free but a GPU does not, in one call of ``fn`` (under
+    fake_cuda): {"launch": ct.launch calls, "tensor_arg": torch tensors passed to them,
+    "alloc": tensor allocations made from Python anywhere (ALLOC_NAMES; the autograd
+    engine's own, in C++, are not seen), "cuda_query": torch.cuda.* calls,
+    "raw_getter": torch._C's device and stream getters (the fake answers both)}, and
+    "gpu_us": these weighted by
+    GPU_US, the host time they add on an H200 beyond the CPU's."""
+    import torch
+    n0, q0 = len(LAUNCHES), dict(QUERIES)
+    allocs = 0
+
+    def prof(frame, event, arg):
+        nonlocal allocs
+        if event == "c_call" and getattr(arg, "__name__", None) in ALLOC_NAMES:
+            owner = getattr(arg, "__self__", None)
+            if owner is torch or isinstance(owner, torch.Tensor) or owner is None \
+                    or getattr(owner, "__name__", "") == "torch._C._VariableFunctions":
+                allocs += 1
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    launches = LAUNCHES[n0:]
+    out = {"launch": len(launches),
+           "tensor_arg": sum(isinstance(a, torch.Tensor) for _, _, args in launches
+                             for a in args),
+           "alloc": allocs, **{k: QUERIES[k] - q0[k] for k in QUERIES}}
+    out["gpu_us"] = round(sum(GPU_US[k] * out[k] for k in GPU_US), 1)
+    return out
 
 
 def per_call_us(fn, n: int = 2000, repeats: int = 3, clock=time.perf_counter) -> float:
