@@ -146,6 +146,25 @@ def test_host_cost_bench_writes_its_markdown():
     assert "| fmha x | spak | 1.5 |" in md and "| fmha x | SDPA cudnn | 2.5 |" in md
 
 
+
+def test_host_cost_bench_train_diag_rows_run(fake):
+    """--train-diag's rows (issue 34d) run on CPU tensors: every row times (none failed:
+    a failing row is a string), and the pinned rows give this thread its CPU mask back."""
+    import importlib.util
+    import os
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "host_cost_bench.py"
+    spec = importlib.util.spec_from_file_location("host_cost_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mask = os.sched_getaffinity(0)
+    rows = mod.train_diag_rows(torch, torch.device("cpu"))
+    assert len(rows) == 7 and sum(isinstance(f, tuple) for f in rows.values()) == 2
+    res = mod.run_eager(torch, rows, 2, sync=lambda: None)
+    assert all(isinstance(v, float) and v > 0 for v in res.values()), res
+    assert os.sched_getaffinity(0) == mask
+
+
 def test_the_count_sees_one_more_op(fake, monkeypatch):
     """The count is not blind: one extra torch op on the path is one more call."""
     fn = hc.cases()["fmha 1x2x16x64 causal"]

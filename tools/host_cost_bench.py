@@ -2,6 +2,7 @@
 
     source .carry/setup.sh && python tools/host_cost_bench.py --out DIR [--n 2000] [--check]
     python tools/host_cost_bench.py --dry-run          # the rows on the CPU, CUDA faked
+    ... --train-diag [--dry-run]    # only the training step's diagnosis rows (issue 34d)
 
 eager_us(fn, n): n eager calls back to back, one synchronize at the end: for problems whose
 GPU work is shorter than the host's, the wall time per call is the host's cost per call
@@ -110,6 +111,105 @@ def eager_rows(torch, dev):
     return r, (q1, k1, v1)
 
 
+def train_diag_rows(torch, dev):
+    """--train-diag (issue 34d): where the training step's host time goes beyond the
+    forward (32.6 us) and the backward's body (64.1 us) on an H200, where the step costs
+    457 us. Rows: the step by .backward() and by autograd.grad (no AccumulateGrad); the
+    forward + the backward node called on this thread (no engine, no device thread); a
+    Python autograd.Function that only clones (its backward returns dout) against the
+    same step through torch's C++ clone node: the cost of any Python backward on the
+    engine's device thread, SPAK's code aside; and, pinned (both threads on one CPU),
+    the SPAK and SDPA steps again: does the GIL's hand-off across cores cost it?"""
+    import os
+
+    import spak
+    F = torch.nn.functional
+    q, k, v = (_rand(torch, dev, 1, 2, 16, 64, grad=True) for _ in range(3))
+    do = _rand(torch, dev, 1, 2, 16, 64)
+
+    class PyClone(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, dout):
+            return dout
+
+    def node():
+        o = spak.fmha(q, k, v, is_causal=True)
+        with torch.no_grad():                   # as on the engine's thread
+            o.grad_fn.apply(do)
+    r = {"train diag | spak step .backward": lambda: spak.fmha(
+            q, k, v, is_causal=True).backward(do),
+         "train diag | spak step autograd.grad (no AccumulateGrad)": lambda: torch.autograd.grad(
+            spak.fmha(q, k, v, is_causal=True), (q, k, v), do),
+         "train diag | spak fwd + backward node on this thread (no engine)": node,
+         "train diag | python Function clone step": lambda: PyClone.apply(q).backward(do),
+         "train diag | C++ clone step": lambda: q.clone().backward(do)}
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cpus:
+        r["train diag | pinned | spak step .backward"] = _pinned(
+            torch, cpus[-1], r["train diag | spak step .backward"], q, do)
+        r["train diag | pinned | SDPA default step"] = _pinned(
+            torch, cpus[-1], lambda: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True).backward(do), q, do)
+    return r
+
+
+def _pinned(torch, cpu, step, x, dout):
+    """step, run with this thread and the autograd engine's thread (that runs the
+    backward: a Python backward that pins itself) pinned to one CPU; masks restored."""
+    import os
+
+    class Pin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            ctx_mask.append(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, ctx_target)
+            return g
+    ctx_mask, ctx_target = [], {cpu}
+
+    class Unpin(Pin):
+        @staticmethod
+        def backward(ctx, g):
+            os.sched_setaffinity(0, ctx_mask.pop())
+            return g
+
+    def run(steps):
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+        Pin.apply(x).backward(dout)               # the engine's thread: pinned
+        try:
+            for _ in range(steps):
+                step()
+        finally:
+            Unpin.apply(x).backward(dout)
+            os.sched_setaffinity(0, mine)
+    return ("pinned", run)
+
+
+#: steps per timed loop of a pinned row (the row's figure is us per step)
+PINNED_STEPS = 1000
+
+
+def _pinned_us(run, steps, sync) -> float:
+    """us per step of run(steps) (pinning included, ~2 steps' worth): best of 3 after
+    one warm-up loop."""
+    best = math.inf
+    for i in range(4):
+        t0 = time.perf_counter()
+        run(steps)
+        sync()
+        if i:
+            best = min(best, (time.perf_counter() - t0) / steps * 1e6)
+    return best
+
+
 def _bwd_body(spak, q, k, v, dout):
     """One call of the backward's body (api._bwd_impl: allocations, config, 3 launches)
     on the state a training forward saved, without the autograd engine."""
@@ -190,20 +290,23 @@ def trivial_kernels():
 _KERNELS = None
 
 
-def run_eager(torch, rows, n):
+def run_eager(torch, rows, n, sync=None):
     from torch.nn.attention import sdpa_kernel
+    sync = sync or torch.cuda.synchronize
     results = {}
     for name, fn in rows.items():
         try:
-            if isinstance(fn, tuple):
+            if isinstance(fn, tuple) and fn[0] == "pinned":
+                us = _pinned_us(fn[1], min(n, PINNED_STEPS), sync)
+            elif isinstance(fn, tuple):
                 call, be = fn
                 if be is None:
-                    us = eager_us(call, n, torch.cuda.synchronize)
+                    us = eager_us(call, n, sync)
                 else:
                     with sdpa_kernel(be):
-                        us = eager_us(call, n, torch.cuda.synchronize)
+                        us = eager_us(call, n, sync)
             else:
-                us = eager_us(fn, n, torch.cuda.synchronize)
+                us = eager_us(fn, n, sync)
             results[name] = round(us, 2)
         except Exception as exc:                  # fail soft: the row says why
             results[name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
@@ -230,10 +333,19 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="the rows on the CPU, CUDA faked")
     ap.add_argument("--check", action="store_true",
                     help="then the changed paths' GPU checks (gpu_checks)")
+    ap.add_argument("--train-diag", action="store_true",
+                    help="only the training step's diagnosis rows (train_diag_rows)")
     args = ap.parse_args(argv)
     import torch
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.dry_run and args.train_diag:        # the diagnosis rows' logic, CPU tensors
+        from spak.cpu import host_cost as hc
+        with hc.fake_cuda():
+            res = run_eager(torch, train_diag_rows(torch, torch.device("cpu")), args.n,
+                            sync=lambda: None)
+        print(json.dumps(res, indent=1))
+        return 0
     if args.dry_run:
         from spak.cpu import host_cost as hc
         with hc.fake_cuda():
@@ -246,6 +358,10 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     print(f"{meta['gpu']} torch {meta['torch']} {meta['date']}; us per eager call:")
     eager, bench = {}, {}
+    if args.train_diag:
+        eager.update(run_eager(torch, train_diag_rows(torch, dev), args.n))
+        write(out, meta, eager, bench)
+        return 0
     try:
         rows, qkv = eager_rows(torch, dev)
         eager.update(run_eager(torch, rows, args.n))
