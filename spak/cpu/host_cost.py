@@ -125,6 +125,10 @@ def _varlen():
     return varlen
 
 
+#: the interpreter's own trees (a venv may sit inside the repository, as CI's .venv does)
+_PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
 def count_calls(fn, *, where=_ROOT) -> int:
     """Calls made by code under ``where`` (the repository) while ``fn()`` runs: each call
     of a Python or C function whose caller is a frame of a file under ``where``.
@@ -136,7 +140,10 @@ def count_calls(fn, *, where=_ROOT) -> int:
     def mine(code):
         m = ours.get(code)
         if m is None:
-            m = ours[code] = code.co_filename.startswith(where)
+            # a virtual environment inside the checkout (CI's .venv) holds torch: not ours
+            f = code.co_filename
+            m = ours[code] = f.startswith(where) and (
+                not where or ("site-packages" not in f and not f.startswith(_PREFIXES)))
         return m
 
     def prof(frame, event, arg):
