@@ -126,8 +126,13 @@ def _sample(fam, problem, sets) -> dict:
 
 
 def _import_tilegym(module: str):
-    """A TileGym module: installed, or from .peers/tilegym/src or .peers/ (fetched)."""
-    for extra in (None, peers_dir() / "tilegym" / "src", peers_dir()):
+    """A TileGym module: installed, or from $TILEGYM_DIR/src, .peers/tilegym/src, .peers/
+    (fetched) or the checkout's sibling ../shared/peers/tilegym/src (the copy this
+    workplace's CI and benchmarks share; never copied into the repository)."""
+    shared = peers_dir().parent.parent / "shared" / "peers" / "tilegym" / "src"
+    env = os.environ.get("TILEGYM_DIR")
+    for extra in (None, Path(env) / "src" if env else None, peers_dir() / "tilegym" / "src",
+                  peers_dir(), shared):
         if extra is not None and str(extra) not in sys.path and extra.is_dir():
             sys.path.append(str(extra))
         try:
