@@ -86,3 +86,27 @@ def test_fmha_varlen(gpu):
         allowed = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + lk - lq
         ref = _attend(qq, kk, vv, D ** -0.5, allowed)
         _close(out[qs:qs + lq].transpose(0, 1), ref, f"spak.fmha_varlen sequence {b}")
+
+
+@pytest.mark.parametrize("shape", ["2x8:2x100x64/page16", "3x4:1x2:70x64/causal"])
+def test_decode_family_eager_call_is_the_public_function(gpu, monkeypatch, shape):
+    """`spak run --timing eager` of fmha_decode times spak.fmha_kvcache itself (the
+    family's eager_call) on the harness's input set: one public call per eager call, its
+    output within the gate of the float64 reference; the other kernel names keep their
+    planned launches (None)."""
+    import spak.kvcache as kv
+    from spak import families
+    fam = families.get("fmha_decode")
+    problem = fam.parse(shape)
+    # the inputs made on the CPU: torch.Generator(device="cuda") is outside the emulation
+    inputs = fam.gpu_inputs(problem, seed=int(np.random.SeedSequence().entropy % 2**31),
+                            device="cpu")
+    calls = []
+    real = kv.fmha_kvcache
+    monkeypatch.setattr(kv, "fmha_kvcache", lambda *a, **k: calls.append(1) or real(*a, **k))
+    call = fam.eager_call(fam.kernels[0], problem, inputs)
+    assert fam.eager_call("splitkv_pow2", problem, inputs) is None
+    out = call()
+    assert len(calls) == 1
+    ref = fam.gpu_reference(problem, inputs)["out"]
+    _close(out, ref.double(), f"eager_call {shape}")

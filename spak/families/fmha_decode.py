@@ -465,6 +465,23 @@ class FmhaDecode(KernelFamily):
             return {"out": torch.from_numpy(ref).to(inputs["q"].device)}
         return g.decode_reference(problem, inputs)
 
+    def eager_call(self, kernel, problem, inputs):
+        """spak.fmha_kvcache (spak.fmha_varlen for varlen problems) on one input set, as a
+        user calls it (its own split and tile choice), for `spak run --timing eager`; the
+        other kernel names keep timing their planned launches."""
+        if kernel != self.kernels[0]:
+            return None
+        if problem.varlen:
+            from spak.varlen import fmha_varlen
+            cq, ck = inputs["cu_seqlens_q"], inputs["cu_seqlens_k"]
+            mq, mk = (int((c[1:] - c[:-1]).max()) for c in (cq, ck))   # once, not timed
+            return lambda: fmha_varlen(inputs["q"], inputs["k"], inputs["v"], cq, ck, mq, mk,
+                                       is_causal=problem.causal)
+        from spak.kvcache import fmha_kvcache
+        return lambda: fmha_kvcache(inputs["q"], inputs["k_cache"], inputs["v_cache"],
+                                    inputs["cache_seqlens"], block_table=inputs["block_table"],
+                                    is_causal=problem.causal)
+
     def peer_reference(self, problem, inputs) -> dict:
         """The float64 reference on the inputs' device: what `spak sweep` checks every
         config against (SDPA has no paged or causal-with-Sq>1 form of this function,
