@@ -469,49 +469,37 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 
 
 _bwd_cache: dict = {}
-_bwd_fast: dict = {}
 
 
 def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
     """(tiles, hints) of the tuned store's fmha_bwd entry for the device's GPU (`spak
     sweep --family fmha_bwd`; its store key: dtype, head dim, causal, key-length bucket),
-    or (None, None): the backward's default tiles and the kernels' own hints. Memoised per
-    (problem class, store file version), as the forward's lookup."""
+    or (None, None): the backward's default tiles and the kernels' own hints.
+
+    Memoised per (device, dtype, D, causal, Sk, store version): a repeated step reads one
+    dict (issue 34's host path). The version is the one the step's forward saw
+    (_STORE_SEEN, which the forward's lookup refreshes), so this adds no stat()."""
     if device.type != "cuda":
         return None, None
-    # host path (issue 34): a repeated step reads one dict. The store version is the one
-    # the step's forward saw (_STORE_SEEN; the forward's lookup refreshes it), so this adds
-    # no stat() and no call to the training step's host cost.
-    fast = (device.type, device.index, dtype, D, causal, Sk, _STORE_SEEN[2])
-    hit = _bwd_fast.get(fast)
+    key = (device.type, device.index, dtype, D, causal, Sk, _STORE_SEEN[2])
+    hit = _bwd_cache.get(key)
     if hit is not None:
         return hit
     _, gpu_name = _device_info(device)
     dt = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
-    key = (gpu_name, dt, D, causal, tuned.seq_bucket(Sk), _store_version())
-    if len(_bwd_fast) >= 512:
-        _bwd_fast.clear()
-    _bwd_fast[fast] = _bwd_config_slow(key)
-    return _bwd_fast[fast]
-
-
-def _bwd_config_slow(key: tuple) -> tuple:
-    """_bwd_config's store lookup, memoised per (GPU, dtype, D, causal, bucket, store)."""
-    gpu_name, dt, D, causal, bucket, _ = key
-    if key not in _bwd_cache:
-        found = tuned.lookup_key("fmha_bwd", gpu_name, "fused",
-                                 {"dtype": dt, "head_dim": D, "causal": causal,
-                                  "seq_bucket": bucket})
-        if not found:
-            _bwd_cache[key] = (None, None)
-        else:
-            from spak.gpu.plan_bwd import BWD_TILE_KEYS
-            t = {k: int(found[k]) for k in (*BWD_TILE_KEYS, "DKV_SPLIT")
-                 if found.get(k) is not None}
-            h = {k: int(found[k]) for k in ("occupancy", "num_ctas")
-                 if found.get(k) is not None}
-            _bwd_cache[key] = (t or None, h or None)
-    return _bwd_cache[key]
+    found = tuned.lookup_key("fmha_bwd", gpu_name, "fused",
+                             {"dtype": dt, "head_dim": D, "causal": causal,
+                              "seq_bucket": tuned.seq_bucket(Sk)})
+    config = (None, None)
+    if found:
+        from spak.gpu.plan_bwd import BWD_TILE_KEYS
+        t = {k: int(found[k]) for k in (*BWD_TILE_KEYS, "DKV_SPLIT") if found.get(k) is not None}
+        h = {k: int(found[k]) for k in ("occupancy", "num_ctas") if found.get(k) is not None}
+        config = (t or None, h or None)
+    if len(_bwd_cache) >= 512:
+        _bwd_cache.clear()
+    _bwd_cache[key] = config
+    return config
 
 
 _bwd_op = torch.library.custom_op("spak::fmha_bwd", mutates_args=())(_bwd_impl)

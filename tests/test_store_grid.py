@@ -109,7 +109,6 @@ def test_the_backward_looks_up_its_tuned_entry(monkeypatch, tmp_path):
     import torch
     cuda = SimpleNamespace(type="cuda", index=0)
     api._bwd_cache.clear()
-    api._bwd_fast.clear()
     tiles, hints = api._bwd_config(cuda, torch.bfloat16, 128, True, 8000)
     assert tiles == {k: cfg[k] for k in ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N")}
     assert hints == {"occupancy": 1, "num_ctas": 1}
@@ -119,7 +118,6 @@ def test_the_backward_looks_up_its_tuned_entry(monkeypatch, tmp_path):
     assert api._bwd_config(SimpleNamespace(type="cpu", index=None), torch.bfloat16, 128, True,
                            8000) == (None, None)
     api._bwd_cache.clear()
-    api._bwd_fast.clear()
 
 
 def test_keys_off_the_16_grid_take_a_config_that_does_not_spill(monkeypatch, tmp_path):
