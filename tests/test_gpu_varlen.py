@@ -20,7 +20,7 @@ SEED = int(os.environ.get("SPAK_TEST_SEED") or int.from_bytes(os.urandom(4), "li
 def _ragged(rng, dtype):
     """A packed batch of 2-5 sequences: some empty (queries and/or keys), some of length 1,
     lengths not multiples of any tile; GQA 4:1 or 2:1; head dim 64 or 128."""
-    from spak.core.metrics import round_to_bf16
+    from tests.test_varlen import _packed
     b = int(rng.integers(2, 6))
     lq = rng.integers(0, 150, b)
     lk = rng.integers(0, 300, b)
@@ -29,14 +29,7 @@ def _ragged(rng, dtype):
     lk[np.argmax(lk)] = max(int(lk.max()), 1)     # some key somewhere
     hkv = int(rng.choice([1, 2]))
     hq, d = hkv * int(rng.choice([2, 4])), int(rng.choice([64, 128]))
-    cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-
-    def draw(shape):
-        x = rng.standard_normal(shape, dtype=np.float32)
-        return x.astype(np.float16) if dtype == "fp16" else round_to_bf16(x)
-    return dict(q=draw((cq[-1], hq, d)), k=draw((ck[-1], hkv, d)), v=draw((ck[-1], hkv, d)),
-                cu_seqlens_q=cq, cu_seqlens_k=ck)
+    return _packed(lq, lk, hq, hkv, d, dtype, seed=int(rng.integers(2 ** 31)))
 
 
 def _on_gpu(x, dtype, causal):
