@@ -155,12 +155,17 @@ def count_calls(fn, *, where=_ROOT) -> int:
                 count += 1
         elif event == "c_call" and mine(frame.f_code):
             count += 1
+    _profiled(fn, prof)
+    return count
+
+
+def _profiled(fn, prof) -> None:
+    """fn() with ``prof`` as the profile hook (removed however fn ends)."""
     sys.setprofile(prof)
     try:
         fn()
     finally:
         sys.setprofile(None)
-    return count
 
 
 #: torch functions and Tensor methods that allocate a tensor (on a GPU: the CUDA caching
@@ -193,11 +198,7 @@ def device_calls(fn) -> dict:
             if owner is torch or isinstance(owner, torch.Tensor) or owner is None \
                     or getattr(owner, "__name__", "") == "torch._C._VariableFunctions":
                 allocs += 1
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
+    _profiled(fn, prof)
     launches = LAUNCHES[n0:]
     out = {"launch": len(launches),
            "tensor_arg": sum(isinstance(a, torch.Tensor) for _, _, args in launches
