@@ -196,6 +196,14 @@ class KernelFamily:
         share it); or None: the worker compiles on its first launch. Default: None."""
         return None
 
+    def stand_in_launches(self, unit: Mapping[str, Any], arch: str) -> list | None:
+        """The launches of a compile unit (``compile_unit``) planned on shape-only stand-ins
+        (spak.gpu.launch_sig.LaunchArray, as torch allocates the unit's real problem), hints
+        applied: what a CPU compile helper builds into cuTile's disk cache with no GPU and
+        no torch (spak.tune.worker, role compile-cpu). None: not modelled, a GPU helper
+        (compile_call) builds the unit. Default: None."""
+        return None
+
     # ------------------------------------------------------- plans and reports
     #: a shape in the family's grammar, for messages ("... nor a shape such as 1x8x128x64")
     example_shape: str = ""

@@ -172,6 +172,30 @@ class FmhaBackward(KernelFamily):
         from spak.device.bwd_gpu import bwd_compile_call
         return bwd_compile_call(self, unit, device)
 
+    def stand_in_launches(self, unit, arch):
+        """bwd_compile_call's launches on stand-ins of the unit's problem: the fused forward
+        with LSE at the arch's default tiles (the worker's inputs take the store's forward
+        config, which a helper with no GPU cannot look up: a miss there costs the worker
+        one compile per shape) and the backward's three launches at the unit's config."""
+        import math
+        from spak.device.calls import distinct
+        from spak.families.fmha_fwd import attention_stand_ins
+        from spak.gpu.plan import default_tiles, plan_fmha
+        from spak.gpu.plan_bwd import plan_fmha_bwd
+        from spak.device.bwd_gpu import hinted
+        from spak.gpu.variants import split_config
+        p = self.parse(unit["case"])
+        (q, k, v, out), alloc = attention_stand_ins(p)
+        kmask = alloc((p.B, 1, p.Sq, p.Sk), "float32") if p.mask is not None else None
+        lse = alloc(q.shape[:3], "float32")
+        scale = 1.0 / math.sqrt(p.D)
+        fwd = plan_fmha("fused", q, k, v, out, mask=kmask, causal=p.causal, scale=scale,
+                        tiles=default_tiles(p.D, arch, p.causal), alloc=alloc, lse=lse)
+        tiles, hints = split_config(unit["config"])
+        bwd = plan_fmha_bwd("fused", q, k, v, out, out, lse, q, k, v, mask=kmask,
+                            causal=p.causal, scale=scale, tiles=tiles, alloc=distinct(alloc))
+        return fwd + hinted(bwd, hints)
+
     def eager_call(self, kernel, problem, inputs):
         """`--timing eager`: the backward through spak.fmha's autograd (forward once per
         set, graph kept; each call torch.autograd.grad), what loss.backward() pays for the

@@ -225,6 +225,21 @@ class FmhaForward(KernelFamily):
         from spak.tune.jobs import attention_compile_unit
         return attention_compile_unit(kernel, problem, config, config_id)
 
+    def stand_in_launches(self, unit, arch):
+        """gpu_call's launches for the unit's problem (its first case) on stand-ins; None for
+        a masked problem (the unit carries no mask: the sweep times unmasked attention)."""
+        import math
+        from spak.gpu.plan import plan_fmha
+        from spak.gpu.variants import apply_hints
+        p = self.parse(unit["case"])
+        if p.mask is not None:
+            return None
+        (q, k, v, out), alloc = attention_stand_ins(p)
+        tiles, hints = self._kernel_config(unit["kernel"], unit["config"])
+        launches = plan_fmha(unit["kernel"], q, k, v, out, causal=p.causal,
+                             scale=1.0 / math.sqrt(p.D), tiles=tiles, alloc=alloc)
+        return apply_hints(launches, hints)
+
     # plans and reports
     example_shape = "1x8x128x64"
     metric_definition = "TFLOPS = 4·B·Hq·Sq·Sk·D / time (halved for causal with Sq = Sk)"
@@ -257,3 +272,18 @@ def attention_report_place(problem, pass_name: str) -> ReportPlace:
         order=(d, causal, problem.Sk, problem.Sq, problem.B, problem.case_id))
 
 FAMILY = FmhaForward()
+
+
+def attention_stand_ins(problem):
+    """((q, k, v, out), alloc) of an attention problem as spak.gpu.launch_sig.LaunchArray
+    stand-ins: fresh contiguous tensors, as spak.device.attention.attention_gpu_inputs and
+    gpu_call allocate them; alloc(shape, kind) the workspaces' (float32 or the input's
+    dtype), as spak.device.calls.shared_alloc hands them out."""
+    from spak.gpu.launch_sig import LaunchArray
+    dt = {"fp16": "float16", "bf16": "bfloat16"}[problem.dtype]
+    q, k, v = (LaunchArray(s, dt) for s in (problem.q_shape, problem.kv_shape, problem.kv_shape))
+    out = LaunchArray(tuple(problem.q_shape[:3]) + (problem.kv_shape[3],), dt)
+
+    def alloc(shape, kind):
+        return LaunchArray(tuple(int(n) for n in shape), "float32" if kind == "float32" else dt)
+    return (q, k, v, out), alloc

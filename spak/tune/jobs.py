@@ -56,7 +56,8 @@ class Job:
         """The job as the worker receives it (the "job" op of spak.tune.worker)."""
         return {"family": self.family, "kernel": self.kernel, "case": self.case,
                 "provider": self.provider, "config_id": self.config_id,
-                "config": self.config, "flops": self.flops}
+                "config": self.config, "flops": self.flops,
+                **({"unit_id": self.unit["unit_id"]} if self.unit else {})}
 
 
 def plan_jobs(kernel: str, specs, configs, *, arch: str = "sm_90", default: bool = True,

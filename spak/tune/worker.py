@@ -77,9 +77,10 @@ class FakeRunner:
     delay_s                seconds each job takes (default 0.01)
     startup_s              seconds the worker takes to start (as torch + CUDA init would)
     compile_delay_s        seconds each compile unit takes (default 0.01)
-    compile_error, launch_error, wrong, nan, hang, crash, compile_hang, compile_crash:
-                           lists of config ids ("64x128/occ2"), or "ID@CASE" for one shape
-                           ("default" is the default tiles; "sdpa-flash" etc. the providers)
+    compile_error, launch_error, wrong, nan, hang, crash, compile_hang, compile_crash,
+    cpu_unmapped:          lists of config ids ("64x128/occ2"), or "ID@CASE" for one shape
+                           ("default" is the default tiles; "sdpa-flash" etc. the providers);
+                           cpu_unmapped: units a CPU compile helper hands to a GPU helper
     tflops                 {config_id: TFLOPS} overrides; else a deterministic made-up figure
     """
 
@@ -123,10 +124,26 @@ class FakeRunner:
             tf = 200.0 + 0.3 * h
         ms = job["flops"] / (tf * 1e12) * 1e3
         return {"status": "ok", "rel_l2_vs_sdpa": 3e-4, "nonfinite": 0, "first_call_s": 0.0,
-                **stats([ms, ms * 1.01, ms * 0.99]), "runs": 3}
+                **self._first_launch(job), **stats([ms, ms * 1.01, ms * 0.99]), "runs": 3}
+
+    def _first_launch(self, job: dict) -> dict:
+        """cubin_disk_hits / cubin_compiles as the GPU runner reports them: a unit's first
+        job in this worker finds the helper's cubin (1 hit), unless named in "cpu_miss"."""
+        unit = job.get("unit_id")
+        seen = self.__dict__.setdefault("_units_seen", set())
+        if not unit or unit in seen:
+            return {"cubin_disk_hits": 0, "cubin_compiles": 0}
+        seen.add(unit)
+        miss = self._hit("cpu_miss", job["config_id"], job["case"])
+        return {"cubin_disk_hits": 0 if miss else 1, "cubin_compiles": 1 if miss else 0}
+
+    #: set by main(): "compile-cpu" makes compile() answer cpu_unmapped units "unmapped"
+    role = "worker"
 
     def compile(self, unit: dict) -> dict:
         cid, case = unit["config_id"], unit.get("case", "")
+        if self.role == "compile-cpu" and self._hit("cpu_unmapped", cid, case):
+            return {"status": "unmapped", "error": "fake: not modelled on stand-ins"}
         time.sleep(self.compile_delay)
         if self._hit("compile_hang", cid, case):
             time.sleep(10 ** 6)
@@ -171,6 +188,7 @@ class GpuRunner:
         t = time.monotonic()
         import cuda.tile as ct
         self.phases["cutile_import"] = time.monotonic() - t
+        _CUBIN_COUNTER.install()           # first launches: disk-cache hits vs compiles
         self.torch = torch
         self.ct = ct
         self.opts = dict(opts)
@@ -289,13 +307,15 @@ class GpuRunner:
         except torch.cuda.OutOfMemoryError as exc:
             return classify(exc)
         t0 = time.perf_counter()
+        counts = _CUBIN_COUNTER.snapshot()
         try:
             self._launch(calls[0])
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 -- recorded, the sweep goes on
             return classify(exc)
         r = {"status": "ok", "first_call_s": time.perf_counter() - t0,
-             "tiles_used": calls[0].tiles, "hints_used": calls[0].hints}
+             "tiles_used": calls[0].tiles, "hints_used": calls[0].hints,
+             **_CUBIN_COUNTER.since(counts)}
         r.update(self._check(fam, spec, calls[0].outputs, data["ref"]))
         if r["status"] != "ok":
             return r
@@ -322,6 +342,47 @@ class GpuRunner:
             r["seconds"] = time.perf_counter() - t0
             return r
         return {"status": "ok", "seconds": time.perf_counter() - t0}
+
+
+class _CubinCounter:
+    """Counts, in this process, the cubins cuTile found in its disk cache (a compile helper's,
+    or an earlier run's) and those tileiras had to build: the sweep's proof that the
+    helpers' cubins are the ones the workers' first launches look up. It wraps two private
+    functions of cuda.tile._compile (compile_tile calls them by module global name); where
+    they are missing the counts are absent (None), never wrong."""
+
+    def __init__(self):
+        self.hits = self.compiles = 0
+        self.installed = False
+
+    def install(self) -> None:
+        try:
+            import cuda.tile._compile as cc
+            lookup, build = cc.cache_lookup, cc.compile_cubin
+        except (ImportError, AttributeError):
+            return
+
+        def cache_lookup(*a, **k):
+            found = lookup(*a, **k)
+            self.hits += found is not None
+            return found
+
+        def compile_cubin(*a, **k):
+            self.compiles += 1
+            return build(*a, **k)
+        cc.cache_lookup, cc.compile_cubin = cache_lookup, compile_cubin
+        self.installed = True
+
+    def snapshot(self) -> tuple:
+        return self.hits, self.compiles
+
+    def since(self, snap: tuple) -> dict:
+        if not self.installed:
+            return {}
+        return {"cubin_disk_hits": self.hits - snap[0], "cubin_compiles": self.compiles - snap[1]}
+
+
+_CUBIN_COUNTER = _CubinCounter()
 
 
 #: Faults injected into one GPU's worker, for testing a multi-GPU sweep on real hardware
@@ -418,7 +479,7 @@ def _die_with_parent() -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m spak.tune.worker")
     ap.add_argument("--fd", type=int, required=True, help="file descriptor for replies")
-    ap.add_argument("--role", choices=("worker", "compile"), default="worker")
+    ap.add_argument("--role", choices=("worker", "compile", "compile-cpu"), default="worker")
     ap.add_argument("--runner", default="gpu")
     ap.add_argument("--opts", default="{}", help="timing options, JSON")
     ap.add_argument("--parent", type=int, default=None, help="parent pid (exit if it dies)")
@@ -427,7 +488,7 @@ def main(argv=None) -> int:
     _die_with_parent()
     if ns.parent is not None and os.getppid() != ns.parent:
         return 0                                          # parent died before prctl
-    if ns.role == "compile":
+    if ns.role != "worker":
         try:
             os.nice(5)                                    # the measuring worker comes first
         except OSError:
@@ -439,7 +500,12 @@ def main(argv=None) -> int:
         out.flush()
 
     try:
-        runner = make_runner(ns.runner, json.loads(ns.opts))
+        if ns.role == "compile-cpu" and ns.runner == "gpu":
+            from spak.tune.cpu_compile import CpuCompiler
+            runner = CpuCompiler()          # no torch, no CUDA context
+        else:
+            runner = make_runner(ns.runner, json.loads(ns.opts))
+            runner.role = ns.role
         if ns.role == "worker":
             runner = with_faults(runner)
     except Exception as exc:  # noqa: BLE001 -- the parent prints it and stops
