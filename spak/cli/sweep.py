@@ -67,8 +67,9 @@ def _resolve(args) -> "_Request | int":
         return _err(f"error: argument --space: {e}")
     timing = {"warmup": args.warmup, "batches": args.batches, "batch_ms": args.batch_ms,
               "max_sets": args.max_sets}
-    compile_jobs = S.auto_compile_jobs(args.runner) if args.compile_jobs == "auto" \
-        else int(args.compile_jobs)
+    compile_jobs = S.auto_compile_jobs(
+        args.runner, gpus=S.visible_gpu_count(args.gpus) if args.gpus else 1,
+        compile_on=args.compile_on) if args.compile_jobs == "auto" else int(args.compile_jobs)
     return _Request(fam, kernel, problems, override, timing, compile_jobs)
 
 
@@ -114,6 +115,7 @@ def _start(args, req: _Request, commit):
         return _err(f"error: argument --gpus: {e}")
     opts = SweepOptions(kernel=req.kernel, timeout=args.timeout, budget_s=args.budget_s,
                         compile_jobs=req.compile_jobs, runner=args.runner,
+                        compile_on=args.compile_on,
                         timing=req.timing, retry_failed=args.retry_failed, commit=commit,
                         retry_faults=gpus is not None)
     # The worker reports the GPU name, which the automatic --out name needs; until then the
@@ -313,7 +315,13 @@ def add_arguments(p) -> None:
                         "exit 3 (resumable) if jobs are left")
     p.add_argument("--compile-jobs", default="auto",
                    help="compile helper processes ahead of the worker (default auto: "
-                        "min(32, CPUs-4) on a GPU; 0: the worker compiles)")
+                        "CPUs - GPUs with --compile-on cpu, min(32, CPUs-4) with gpu; "
+                        "0: the worker compiles)")
+    p.add_argument("--compile-on", choices=("cpu", "gpu"), default="cpu",
+                   help="where the compile helpers build cubins: cpu (default; no torch, "
+                        "no CUDA context: the launch's signature derived from the shapes; "
+                        "a unit they cannot model goes to a GPU helper) or gpu (each "
+                        "helper launches the variant on tiny tensors)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls (default 3)")
     p.add_argument("--batches", type=int, default=5,
                    help="timed batches; the median batch is reported (default 5)")

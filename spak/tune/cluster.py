@@ -60,6 +60,7 @@ def job_groups(jobs: list[Job], done=frozenset()) -> list[list[Job]]:
 
 def _task_options(opts: SweepOptions) -> dict:
     return {"timeout": opts.timeout, "compile_jobs": opts.compile_jobs,
+            "compile_on": opts.compile_on,
             "runner": opts.runner, "timing": dict(opts.timing), "retry_faults": True,
             "startup_timeout": opts.startup_timeout, "quiet": True}
 

@@ -1,9 +1,14 @@
 """Compile helpers: child processes that build the coming variants' cubins ahead of the
 measuring worker(s), in parallel, so the GPU is not idle while tileiras runs.
 
-Each helper launches one compile unit (a family's ``compile_unit``: tiny arrays with the
-real launch's JIT specialisation) at a time; the cubin lands in cuTile's disk cache, where
-the worker's own first launch finds it. A unit's outcome is kept in ``unit_state``:
+Two kinds. A CPU helper (role "compile-cpu", spak.tune.cpu_compile; used when the sweep
+gives ``spawn_cpu``) plans a compile unit on shape stand-ins and compiles it with no GPU,
+no CUDA context and no torch; a unit it cannot model comes back "unmapped" (also after a
+CPU compile error or timeout: the CPU path only guesses the launch's signature) and goes
+to a GPU helper (role "compile", spawned on demand, at most ``gpu_jobs``), which launches
+the unit (a family's ``compile_unit``: tiny arrays with the real launch's JIT
+specialisation). Either way the cubin lands in cuTile's disk cache, where the worker's own
+first launch finds it. A unit's outcome is kept in ``unit_state``:
 "ok", "compile_error" or "timeout" (recorded for its jobs without running them), or
 "fallback" (a helper died on it: the worker compiles it itself, isolated there). After
 three helper deaths, or a helper that cannot start, the helpers give up and the worker
@@ -12,7 +17,7 @@ compiles everything left.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from spak.tune.pool import WorkerProcess
 
@@ -22,13 +27,26 @@ __all__ = ["CompileAhead"]
 class CompileAhead:
     """Keeps up to ``jobs`` compile helpers busy with the units not yet built.
 
-    spawn: () -> a fresh helper (a WorkerProcess of role "compile"); timeout: seconds one
-    unit may take before its helper is killed; echo: where notices go."""
+    spawn: () -> a fresh GPU helper (a WorkerProcess of role "compile"); timeout: seconds
+    one unit may take before its helper is killed; echo: where notices go. spawn_cpu: () ->
+    a fresh CPU helper (role "compile-cpu"): then the ``jobs`` helpers are CPU ones, and up
+    to ``gpu_jobs`` GPU helpers build what they hand back; arch: () -> the GPUs' "sm_XY"
+    (or None while unknown), sent with each unit to a CPU helper."""
 
     def __init__(self, jobs: int, spawn: Callable[[], WorkerProcess], timeout: float,
-                 echo=print):
+                 echo=print, *, spawn_cpu: Optional[Callable[[], WorkerProcess]] = None,
+                 gpu_jobs: int = 1, arch: Callable[[], Optional[str]] = lambda: None):
         self.jobs = jobs
         self.spawn = spawn
+        self.spawn_cpu = spawn_cpu
+        self.mode = "cpu" if spawn_cpu is not None else "gpu"
+        self.gpu_jobs = gpu_jobs
+        self.arch = arch
+        self.kind: dict = {}                # helper -> "cpu" | "gpu"
+        self.gpu_todo: list[dict] = []      # units handed back by CPU helpers
+        self.unmapped = 0                   # ... how many (the breakdown)
+        self.cpu_failures = 0
+        self.started_by_kind = {"cpu": 0, "gpu": 0}
         self.timeout = timeout
         self.echo = echo
         self.helpers: list[WorkerProcess] = []
@@ -64,8 +82,11 @@ class CompileAhead:
             self.warm_wanted = False
             self.warm()
 
-    def _new_helper(self) -> WorkerProcess:
-        h = self.spawn()
+    def _new_helper(self, kind: Optional[str] = None) -> WorkerProcess:
+        kind = kind or self.mode
+        h = self.spawn_cpu() if kind == "cpu" else self.spawn()
+        self.kind[h] = kind
+        self.started_by_kind[kind] += 1
         self.helpers_started += 1
         self.helpers.append(h)
         self.queue[h] = []
@@ -93,17 +114,19 @@ class CompileAhead:
 
     def building(self) -> bool:
         """Whether units are still queued or being built."""
-        return bool(self.units_todo) or any(self.queue.get(h) for h in self.helpers)
+        return bool(self.units_todo or self.gpu_todo) or any(self.queue.get(h)
+                                                              for h in self.helpers)
 
     def prioritize(self, unit) -> None:
         """Build this unit next (a worker is waiting for it)."""
         if unit is None:
             return
-        for i, u in enumerate(self.units_todo):
-            if u["unit_id"] == unit["unit_id"]:
-                if i:
-                    self.units_todo.insert(0, self.units_todo.pop(i))
-                return
+        for todo in (self.units_todo, self.gpu_todo):
+            for i, u in enumerate(todo):
+                if u["unit_id"] == unit["unit_id"]:
+                    if i:
+                        todo.insert(0, todo.pop(i))
+                    return
 
     def failure(self, unit):
         """The recorded outcome of a unit that failed to build, or None."""
@@ -117,12 +140,21 @@ class CompileAhead:
             return
         self._feed(self._new_helper())
 
+    def _todo_of(self, h: WorkerProcess) -> list:
+        """The queue a helper takes from: its kind's (GPU helpers of a CPU-mode sweep build
+        the handed-back units)."""
+        if self.kind.get(h) == "gpu" and (self.mode == "cpu" or self.gpu_todo):
+            return self.gpu_todo
+        return self.units_todo
+
     def _feed(self, h: WorkerProcess) -> None:
-        if self.units_todo:
-            u = self.units_todo.pop(0)
+        todo = self._todo_of(h)
+        if todo:
+            u = todo.pop(0)
             self.queue[h] = [u]
             self.since[h] = time.monotonic()
-            if not h.send({"op": "compile", "unit": u}):
+            msg = {**u, "arch": self.arch()} if self.kind.get(h) == "cpu" else u
+            if not h.send({"op": "compile", "unit": msg}):
                 h.eof = True
         else:
             self.queue[h] = []
@@ -133,31 +165,75 @@ class CompileAhead:
         self.helpers.remove(h)
         self.queue.pop(h, None)
         self.since.pop(h, None)
+        self.kind.pop(h, None)
+
+    def _hand_to_gpu(self, u: dict) -> None:
+        """A unit a CPU helper could not build: a GPU helper builds it (spawned now unless
+        ``gpu_jobs`` of them run); with no GPU helpers allowed the worker compiles it."""
+        self.unmapped += 1
+        if self.gpu_jobs <= 0 or self.jobs <= 0:
+            self.unit_state[u["unit_id"]] = {"status": "fallback"}
+            return
+        if self.mode == "gpu":
+            self.units_todo.insert(0, u)
+            return
+        self.gpu_todo.append(u)
+        gpu = [h for h in self.helpers if self.kind.get(h) == "gpu"]
+        idle = [h for h in gpu if not self.queue.get(h)]
+        if idle:
+            self._feed(idle[0])
+        elif len(gpu) < self.gpu_jobs:
+            self._feed(self._new_helper("gpu"))
 
     def _retire(self, h: WorkerProcess, reason: str) -> None:
         pending = self.queue.get(h, [])
+        was_cpu = self.kind.get(h) == "cpu"
         self._drop(h)
-        for u in pending:
-            if reason == "timeout":
-                self.unit_state[u["unit_id"]] = {
-                    "status": "timeout",
-                    "error": f"compiling this variant took over {self.timeout:.0f} s "
-                             f"(--timeout; compile helper killed)"}
-            else:   # a helper crash: let the worker try the unit itself (isolated there)
-                self.unit_state[u["unit_id"]] = {"status": "fallback", "error": reason}
-        if reason != "timeout":
-            self.failures += 1
-            if self.failures >= 3 and self.jobs > 0:
-                self.echo(f"compile helpers keep failing ({reason}); the worker compiles "
-                          f"the remaining variants itself")
-                self.jobs = 0
+        if was_cpu:         # a CPU helper's trouble is no verdict on the unit
+            self.cpu_failures += 1
+            if self.cpu_failures >= 3 and self.mode == "cpu":
+                self._to_gpu_mode(f"CPU compile helpers keep failing ({reason})")
+            for u in pending:
+                self._hand_to_gpu(u)
+        else:
+            for u in pending:
+                if reason == "timeout":
+                    self.unit_state[u["unit_id"]] = {
+                        "status": "timeout",
+                        "error": f"compiling this variant took over {self.timeout:.0f} s "
+                                 f"(--timeout; compile helper killed)"}
+                else:   # a helper crash: let the worker try the unit itself (isolated there)
+                    self.unit_state[u["unit_id"]] = {"status": "fallback", "error": reason}
+            if reason != "timeout":
+                self.failures += 1
+                if self.failures >= 3 and self.jobs > 0:
+                    self.echo(f"compile helpers keep failing ({reason}); the worker compiles "
+                              f"the remaining variants itself")
+                    self.jobs = 0
         if self.units_todo and self.jobs > 0:
             self._spawn_helper()
+        if self.gpu_todo and self.jobs > 0 and not any(
+                self.kind.get(x) == "gpu" for x in self.helpers):
+            self._feed(self._new_helper("gpu"))
+
+    def _to_gpu_mode(self, why: str) -> None:
+        """No more CPU helpers: GPU helpers build everything left (today's way)."""
+        self.echo(f"{why}; GPU compile helpers build the remaining variants")
+        self.mode = "gpu"
+        self.units_todo = self.gpu_todo + self.units_todo
+        self.gpu_todo = []
 
     def _take_replies(self, h: WorkerProcess) -> None:
         while (msg := h.pop()) is not None:
             if "compiled" in msg:
                 r = msg["compiled"]
+                if r.get("status") == "unmapped":
+                    for u in self.queue[h]:
+                        if u["unit_id"] == r["unit_id"]:
+                            self._hand_to_gpu(u)
+                    self.queue[h] = [u for u in self.queue[h] if u["unit_id"] != r["unit_id"]]
+                    self._feed(h)
+                    continue
                 self.unit_state[r["unit_id"]] = r
                 self.units_done += 1
                 self.last_done = time.monotonic()       # the helper's unit, driver's clock
@@ -170,6 +246,11 @@ class CompileAhead:
             elif "hello" in msg:
                 self.ready_s.append(time.monotonic() - h.started)
                 self.phases.append((msg["hello"].get("startup") or {}).get("phases") or {})
+            elif "fatal_setup" in msg and self.kind.get(h) == "cpu":
+                if self.mode == "cpu":
+                    self._to_gpu_mode(f"CPU compile helper could not start: "
+                                      f"{msg['fatal_setup']}")
+                h.eof = True
             elif "fatal_setup" in msg:
                 self.echo(f"compile helper could not start: {msg['fatal_setup']}; the "
                           f"worker compiles instead")
@@ -192,10 +273,10 @@ class CompileAhead:
                 continue
             if self.queue.get(h) and now - self.since.get(h, now) > self.timeout:
                 self._retire(h, "timeout")
-        if not self.helpers and self.units_todo and self.jobs == 0:
-            for u in self.units_todo:       # helpers gave up: the worker compiles these
+        if not self.helpers and (self.units_todo or self.gpu_todo) and self.jobs == 0:
+            for u in self.units_todo + self.gpu_todo:   # helpers gave up: the worker compiles
                 self.unit_state.setdefault(u["unit_id"], {"status": "fallback"})
-            self.units_todo = []
+            self.units_todo, self.gpu_todo = [], []
 
     def shutdown(self) -> None:
         for h in list(self.helpers):

@@ -49,6 +49,9 @@ class SweepOptions:
     timeout: float = 120.0              # per config, seconds (compile + check + timing)
     budget_s: Optional[float] = None    # wall clock for the whole invocation
     compile_jobs: int = 0               # compile helper processes (0: the worker compiles)
+    #: "cpu": the helpers compile on the CPU (no torch, no CUDA context; spak.tune.
+    #: cpu_compile), GPU helpers only for the units they hand back; "gpu": GPU helpers only
+    compile_on: str = "cpu"
     runner: str = "gpu"
     timing: dict = field(default_factory=dict)
     retry_failed: bool = False
@@ -93,7 +96,10 @@ class Sweep:
         self.slots = [Slot(str(g), self.log_path.with_suffix(f".gpu{g}.log")) for g in gpus] \
             if self.multi else [Slot(None, self.log_path)]
         self._helpers = 0
-        self.compiler = CompileAhead(opts.compile_jobs, self._helper, opts.timeout, echo)
+        self.compiler = CompileAhead(
+            opts.compile_jobs, self._helper, opts.timeout, echo,
+            spawn_cpu=self._cpu_helper if opts.compile_on == "cpu" else None,
+            gpu_jobs=max(1, len(self.slots)), arch=self._arch)
         self.compiler.hold = True           # helpers spawn after the workers (_start)
         self.env: dict = {}
         self.sweep_id = uuid.uuid4().hex[:12]
@@ -131,6 +137,16 @@ class Sweep:
         env = {"CUDA_VISIBLE_DEVICES": live[self._helpers % len(live)].gpu} if live else None
         return WorkerProcess("compile", self.opts.runner, self.opts.timing, self._open_log(),
                              self.sel, env)
+
+    def _cpu_helper(self) -> WorkerProcess:
+        """A CPU compile helper: no GPU visible (it must not open a CUDA context on a GPU
+        being timed; it needs none)."""
+        return WorkerProcess("compile-cpu", self.opts.runner, self.opts.timing,
+                             self._open_log(), self.sel, {"CUDA_VISIBLE_DEVICES": ""})
+
+    def _arch(self) -> Optional[str]:
+        """The measuring workers' "sm_XY" (the first that said hello), for CPU helpers."""
+        return next((s.hello.get("arch") for s in self.slots if s.hello), None)
 
     def _pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for any child's output and take it in."""

@@ -51,7 +51,7 @@ from spak.tune.space import ROOT, describe_override, expand_space, load_space, t
 
 __all__ = ["SCHEMA", "RESULT_FIELDS", "SweepPlan", "select_problems", "plan_sweep",
            "done_keys", "done_by_gpu", "anchors_by_gpu", "gpu_list", "auto_out_path",
-           "auto_compile_jobs", "MAX_AUTO_COMPILE_JOBS", "run_env", "start_line", "end_line", "result_rows", "summarize", "list_lines", "header_text",
+           "auto_compile_jobs", "MAX_AUTO_COMPILE_JOBS", "visible_gpu_count", "run_env", "start_line", "end_line", "result_rows", "summarize", "list_lines", "header_text",
            "read_results"]
 
 #: What a result line holds (kind == "result"). Lines of kind "start"/"end" frame each
@@ -218,16 +218,34 @@ def auto_out_path(gpu: str, kernel: str, family: str = families.DEFAULT) -> Path
     return ROOT / "results" / f"sweep-{(slug(gpu) or 'gpu')}-{fam}{kernel}-{_utc('%Y-%m-%d')}.jsonl"
 
 
-#: At most this many compile helpers by default. A 4-GPU host's sweep needs its variants
-#: (~1-3 s of tileiras each for the forward on sm_90) built as fast as 4 GPUs time them,
-#: and the compile is the part more GPUs do not shorten: 8 helpers (the old cap) build a
-#: 200-variant space in ~50 s, as long as 4 GPUs take to time it.
+#: At most this many GPU compile helpers by default. A 4-GPU host's sweep needs its
+#: variants (~1-3 s of tileiras each for the forward on sm_90) built as fast as 4 GPUs time
+#: them, and the compile is the part more GPUs do not shorten: 8 helpers (the old cap) build
+#: a 200-variant space in ~50 s, as long as 4 GPUs take to time it. CPU helpers (the
+#: default, spak.tune.cpu_compile) hold no CUDA context and are not capped: CPUs - GPUs.
 MAX_AUTO_COMPILE_JOBS = 32
 
 
-def auto_compile_jobs(runner: str) -> int:
-    """Compile helpers by default: min(32, CPUs - 4) with a GPU runner and cuTile's disk
-    cache (without it the helpers' cubins would be lost), else 0."""
+def visible_gpu_count(gpus: Optional[str] = None) -> int:
+    """How many GPUs a sweep times, without CUDA: the --gpus list's length; for "all" (or
+    none given) the CUDA_VISIBLE_DEVICES list, else the driver's /proc entries; 1 when
+    nothing says."""
+    if gpus and gpus != "all":
+        return max(1, len([g for g in gpus.split(",") if g.strip()]))
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and env.strip():
+        return len([g for g in env.split(",") if g.strip()])
+    try:
+        return max(1, len(os.listdir("/proc/driver/nvidia/gpus")))
+    except OSError:
+        return 1
+
+
+def auto_compile_jobs(runner: str, *, gpus: int = 1, compile_on: str = "cpu") -> int:
+    """Compile helpers by default, with a GPU runner and cuTile's disk cache (without it
+    the helpers' cubins would be lost; else 0): CPUs - GPUs for CPU helpers (each measuring
+    worker keeps a core), min(32, CPUs - 4) for GPU helpers (each holds a CUDA context on
+    a timed GPU: 32 of them made every start-up on a 4x H200 host 13-15 s)."""
     if runner != "gpu":
         return 0
     try:
@@ -239,7 +257,10 @@ def auto_compile_jobs(runner: str) -> int:
             return 0                     # cuTile keeps no disk cache without it either
     except Exception:  # noqa: BLE001
         pass
-    return max(0, min(MAX_AUTO_COMPILE_JOBS, (os.cpu_count() or 2) - 4))
+    cpus = os.cpu_count() or 2
+    if compile_on == "cpu":
+        return max(0, cpus - max(1, gpus))
+    return max(0, min(MAX_AUTO_COMPILE_JOBS, cpus - 4))
 
 
 # ------------------------------------------------------------------ the results file

@@ -7,6 +7,7 @@ whether start-up, compile or the split of the jobs kept it from scaling.
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 __all__ = ["GpuClock", "breakdown", "breakdown_lines"]
 
@@ -23,6 +24,10 @@ class GpuClock:
         self.wait_compile_s = 0.0   # idle while jobs were left (their variant still compiling)
         self.tail_s = 0.0           # idle with no job left to start
         self.startup_phases: dict = {}   # the first start's: interpreter, torch import, ...
+        # first calls' cubins: found in cuTile's disk cache (a helper's) or built by tileiras
+        # in the worker (a helper's cubin missed, or nobody built it); None: not reported
+        self.cubin_hits: Optional[int] = None
+        self.cubin_compiles: Optional[int] = None
 
     def started(self, spawned: float, startup) -> None:
         """A worker said hello; ``startup``: its hello's "startup" (main_at, ready_at on
@@ -43,6 +48,9 @@ class GpuClock:
             self.first_call_s += min(float(fc), seconds)
         if row.get("status") in ("timeout", "crash"):
             self.fault_s += seconds
+        if isinstance(row.get("cubin_disk_hits"), int):
+            self.cubin_hits = (self.cubin_hits or 0) + row["cubin_disk_hits"]
+            self.cubin_compiles = (self.cubin_compiles or 0) + int(row.get("cubin_compiles") or 0)
 
     def idle(self, seconds: float, work_left: bool) -> None:
         if work_left:
@@ -55,7 +63,8 @@ class GpuClock:
                 "first_call_s": self.first_call_s,
                 "timing_s": max(0.0, self.busy_s - self.first_call_s - self.fault_s),
                 "fault_s": self.fault_s, "wait_compile_s": self.wait_compile_s,
-                "tail_s": self.tail_s, "startup_phases": dict(self.startup_phases)}
+                "tail_s": self.tail_s, "startup_phases": dict(self.startup_phases),
+                "cubin_hits": self.cubin_hits, "cubin_compiles": self.cubin_compiles}
 
 
 def breakdown(sweep) -> dict:
@@ -68,6 +77,8 @@ def breakdown(sweep) -> dict:
             "setup_s": (run_t0 - sweep.t0) if run_t0 else None,
             "run_s": (now - run_t0) if run_t0 else None,
             "compile": {"helpers": c.helpers_started, "units": c.units_done,
+                        "by_kind": dict(getattr(c, "started_by_kind", {}) or {}),
+                        "unmapped": getattr(c, "unmapped", 0),
                         "cpu_s": c.compile_s,
                         "done_after_s": (c.last_done - run_t0) if c.last_done and run_t0
                         else None,
@@ -102,6 +113,10 @@ def _s(x) -> str:
     return "-" if x is None else f"{x:.1f} s"
 
 
+def _who(g: dict) -> str:
+    return "the GPU" if g["gpu_index"] is None else f"gpu{g['gpu_index']}"
+
+
 def breakdown_lines(b: dict) -> list[str]:
     """The breakdown as `spak sweep` prints it."""
     c = b["compile"]
@@ -113,8 +128,21 @@ def breakdown_lines(b: dict) -> list[str]:
         r = c["ready_s"]
         lines.append(f"  compile helpers ready {r['min']:.1f}-{r['max']:.1f} s after their "
                      f"spawn (median {r['median']:.1f} s: {_phases(c.get('phases') or {})})")
+    kinds = c.get("by_kind") or {}
+    if kinds.get("cpu"):
+        lines.append(f"  compile helpers: {kinds['cpu']} on the CPU, {kinds.get('gpu', 0)} "
+                     f"on a GPU (for the {c.get('unmapped', 0)} units the CPU ones handed "
+                     f"back)")
+    hits = [g for g in b["gpus"] if g.get("cubin_hits") is not None]
+    if hits:
+        h = sum(g["cubin_hits"] for g in hits)
+        m = sum(g["cubin_compiles"] for g in hits)
+        lines.append(f"  first launches: {h} cubins found in the disk cache (the helpers'), "
+                     f"{m} compiled by the workers (" + ", ".join(
+                         f"{_who(g)} {g['cubin_hits']}/{g['cubin_compiles']}"
+                         for g in hits) + " found/compiled)")
     for g in b["gpus"]:
-        who = "the GPU" if g["gpu_index"] is None else f"gpu{g['gpu_index']}"
+        who = _who(g)
         ph = f" ({_phases(g['startup_phases'])})" if g.get("startup_phases") else ""
         lines.append(
             f"  {who}: {g['jobs']} jobs; start-up {_s(g['startup_s'])}{ph}, busy "
