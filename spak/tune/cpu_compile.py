@@ -16,6 +16,7 @@ compile, never a wrong or missing result.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 __all__ = ["CpuCompiler"]
@@ -24,8 +25,14 @@ __all__ = ["CpuCompiler"]
 class CpuCompiler:
     """The runner of a CPU compile helper: hello() and compile(unit)."""
 
-    def __init__(self):
+    def __init__(self, block_torch: bool = False):
         t0 = time.perf_counter()
+        if block_torch and "torch" not in sys.modules:
+            # cuTile's extension imports torch (when it can) only to know torch's dtype
+            # objects; our kernels name cuTile dtypes, so the bytecode, hence the cache key,
+            # is the same without it (checked: tests/test_tune_cpu_compile.py), and the
+            # helper starts in ~1 s instead of the 5-6 s torch took 36 processes at once.
+            sys.modules["torch"] = None
         import cuda.tile  # noqa: F401 -- the compiler front end; no driver, no context
         from spak import families  # noqa: F401
         self.phases = {"cutile_import": time.perf_counter() - t0}

@@ -502,7 +502,7 @@ def main(argv=None) -> int:
     try:
         if ns.role == "compile-cpu" and ns.runner == "gpu":
             from spak.tune.cpu_compile import CpuCompiler
-            runner = CpuCompiler()          # no torch, no CUDA context
+            runner = CpuCompiler(block_torch=True)      # no torch, no CUDA context
         else:
             runner = make_runner(ns.runner, json.loads(ns.opts))
             runner.role = ns.role
