@@ -203,6 +203,16 @@ def test_sweep_hands_unmapped_units_to_a_gpu_helper_and_counts_hits(tmp_path):
     assert "on the CPU" in text and "units the CPU ones handed back" in text
 
 
+def test_sweep_falls_back_to_gpu_helpers_when_cpu_helpers_cannot_start(tmp_path):
+    """CPU helpers that fail at start-up: GPU helpers build every unit, nothing is lost."""
+    s, jobs, rows = _fake_sweep(tmp_path, {"delay_s": 0.01, "cpu_setup_error": True})
+    assert {(r["case"], r["provider"], r["config_id"]) for r in rows} == {j.key for j in jobs}
+    assert all(r["status"] == "ok" for r in rows)
+    c = s.compiler
+    assert c.mode == "gpu" and c.started_by_kind["gpu"] >= 1
+    assert all(c.unit_state[j.unit["unit_id"]]["status"] == "ok" for j in jobs if j.unit)
+
+
 def test_sweep_gpu_helpers_only(tmp_path):
     """--compile-on gpu: today's helpers, no CPU ones."""
     s, jobs, rows = _fake_sweep(tmp_path, {"delay_s": 0.01}, compile_on="gpu", gpus=("0",))

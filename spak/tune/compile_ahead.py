@@ -46,6 +46,7 @@ class CompileAhead:
         self.gpu_todo: list[dict] = []      # units handed back by CPU helpers
         self.unmapped = 0                   # ... how many (the breakdown)
         self.cpu_failures = 0
+        self.told_exit: set = set()
         self.started_by_kind = {"cpu": 0, "gpu": 0}
         self.timeout = timeout
         self.echo = echo
@@ -158,6 +159,10 @@ class CompileAhead:
                 h.eof = True
         else:
             self.queue[h] = []
+            if self.kind.get(h) == "gpu" and self.mode == "cpu" and (
+                    self.units_todo or any(self.queue.get(x) for x in self.helpers
+                                           if self.kind.get(x) == "cpu")):
+                return      # stays (a CUDA context takes seconds): more may come back
             h.send({"op": "exit"})
 
     def _drop(self, h: WorkerProcess) -> None:
@@ -273,6 +278,12 @@ class CompileAhead:
                 continue
             if self.queue.get(h) and now - self.since.get(h, now) > self.timeout:
                 self._retire(h, "timeout")
+        if self.mode == "cpu" and not (self.units_todo or self.gpu_todo) and not any(
+                self.queue.get(x) for x in self.helpers):
+            for h in self.helpers:          # idle GPU helpers kept for hand-backs: done
+                if self.kind.get(h) == "gpu" and h not in self.told_exit:
+                    self.told_exit.add(h)
+                    h.send({"op": "exit"})
         if not self.helpers and (self.units_todo or self.gpu_todo) and self.jobs == 0:
             for u in self.units_todo + self.gpu_todo:   # helpers gave up: the worker compiles
                 self.unit_state.setdefault(u["unit_id"], {"status": "fallback"})

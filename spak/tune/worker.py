@@ -81,6 +81,8 @@ class FakeRunner:
     cpu_unmapped:          lists of config ids ("64x128/occ2"), or "ID@CASE" for one shape
                            ("default" is the default tiles; "sdpa-flash" etc. the providers);
                            cpu_unmapped: units a CPU compile helper hands to a GPU helper
+    cpu_setup_error        true: CPU compile helpers fail to start (GPU helpers take over)
+    cpu_miss               config ids whose first launch compiles (the helper's cubin missed)
     tflops                 {config_id: TFLOPS} overrides; else a deterministic made-up figure
     """
 
@@ -506,6 +508,9 @@ def main(argv=None) -> int:
         else:
             runner = make_runner(ns.runner, json.loads(ns.opts))
             runner.role = ns.role
+            if ns.role == "compile-cpu" and (getattr(runner, "spec", None) or {}).get(
+                    "cpu_setup_error"):
+                raise RuntimeError("fake: the CPU compile helper cannot start")
         if ns.role == "worker":
             runner = with_faults(runner)
     except Exception as exc:  # noqa: BLE001 -- the parent prints it and stops
