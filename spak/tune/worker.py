@@ -358,6 +358,8 @@ class _CubinCounter:
         self.installed = False
 
     def install(self) -> None:
+        if self.installed:
+            return
         try:
             import cuda.tile._compile as cc
             lookup, build = cc.cache_lookup, cc.compile_cubin
