@@ -228,3 +228,24 @@ def test_auto_compile_jobs_cpu_helpers_take_every_core_but_the_gpus(monkeypatch)
     assert tsw.visible_gpu_count("0,1,3") == 3
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     assert tsw.visible_gpu_count("all") == 2
+
+
+def test_decode_launches_map_to_launch_signatures():
+    """The decode family's kernels (split + combine over a paged cache, varlen) take only
+    arrays (int32 lengths, block table included) and scalars: all mappable, so compile
+    units for decode (which the family does not define yet) could use the CPU helpers.
+    Paged q [B, 1, H, D]: the extent 1 makes it v2; varlen's packed arrays: v1."""
+    from spak.gpu.plan_decode import plan_decode, plan_varlen
+    A = LaunchArray
+    q, out = A((2, 1, 32, 128), "float16"), A((2, 1, 32, 128), "float16")
+    k, bt, lens = A((64, 64, 8, 128), "float16"), A((2, 16), "int32"), A((2,), "int32")
+    launches = plan_decode(q, k, k, lens, out, block_table=bt, causal=False, num_splits=4,
+                           alloc=lambda s, kind: A(tuple(s), "float32"))
+    sigs = {L.name: launch_signature(L.kernel, L.args) for L in launches}
+    assert set(sigs) == {"decode.split", "decode.combine"}
+    assert sigs["decode.split"].calling_convention.name == "cutile_python_v2"
+    qv, kv, cu = A((300, 32, 128), "float16"), A((500, 8, 128), "float16"), A((3,), "int32")
+    [varlen] = plan_varlen(qv, kv, kv, cu, cu, qv, max_seqlen_q=200, max_seqlen_k=300,
+                           causal=True)
+    assert launch_signature(varlen.kernel, varlen.args).calling_convention.name == \
+        "cutile_python_v1"
