@@ -6,7 +6,7 @@ ct.launch) with the same cache, and count what the launches found there and what
 to compile. Prints, per unit, "same" (every launch a disk-cache hit, nothing compiled) or
 "different" with the demangled difference between the launch's signature and ours.
 
-    python tools/cpu_compile_probe.py [--out probe.json] [--cpu-only]
+    python tools/cpu_compile_probe.py [--out probe.json] [--cpu-only] [--arch sm_90]
 
 --cpu-only: the CPU half only (no GPU: checks the script and times the CPU compiles).
 """
@@ -73,7 +73,9 @@ def _gpu_side(fam, p, cfg) -> None:
     torch.cuda.synchronize()
 
 
-def probe_unit(fam_name, case, over, arch, cpu_only) -> dict:
+def _cpu_build(item) -> dict:
+    """One unit built on the CPU into its own fresh cache dir (a spawned process)."""
+    fam_name, case, over, arch = item
     from cuda.tile._cext import default_tile_context as ctx
     from spak import families
     from spak.tune.cpu_compile import CpuCompiler
@@ -84,47 +86,61 @@ def probe_unit(fam_name, case, over, arch, cpu_only) -> dict:
     row = {"family": fam_name, "case": case, "config": cfg}
     if unit is None:
         return {**row, "verdict": "no compile unit"}
-    ctx.config.cache_dir = tempfile.mkdtemp(prefix="i36probe-")
+    row["cache_dir"] = ctx.config.cache_dir = tempfile.mkdtemp(prefix="i36probe-")
     t0 = time.perf_counter()
     r = CpuCompiler().compile({**unit, "family": fam_name, "arch": arch})
-    row.update(cpu=r, cpu_s=time.perf_counter() - t0)
-    if r["status"] != "ok" or cpu_only:
-        return {**row, "verdict": "cpu-only" if cpu_only else "unmapped"}
-    before = _entries(ctx.config.cache_dir)
+    return {**row, "cpu": r, "cpu_s": time.perf_counter() - t0,
+            "verdict": "cpu-only" if r["status"] == "ok" else "unmapped"}
+
+
+def _gpu_check(row) -> dict:
+    """The unit's real problem launched as the worker does, with the CPU build's cache."""
+    from cuda.tile._cext import default_tile_context as ctx
+    from spak import families
+    fam = families.get(row["family"])
+    ctx.config.cache_dir = row["cache_dir"]
+    before = _entries(row["cache_dir"])
     t0 = time.perf_counter()
-    _gpu_side(fam, p, cfg)
-    added = [s for k, s in _entries(ctx.config.cache_dir).items() if k not in before]
-    row.update(gpu_s=time.perf_counter() - t0, launch_compiled=added,
-               verdict="same" if not added else "different",
-               diff=[_diff(r["kernels"], s) for s in added])
-    return row
+    _gpu_side(fam, fam.parse(row["case"]), row["config"])
+    added = [s for k, s in _entries(row["cache_dir"]).items() if k not in before]
+    return {**row, "gpu_s": time.perf_counter() - t0, "launch_compiled": added,
+            "verdict": "same" if not added else "different",
+            "diff": [_diff(row["cpu"]["kernels"], s) for s in added]}
+
+
+def _print(row) -> None:
+    print(f"probe {row['family']} {row['case']} {row.get('config', '')}: {row['verdict']}"
+          f" (cpu {row.get('cpu_s', 0):.1f} s, gpu {row.get('gpu_s', 0):.1f} s)"
+          + (f" {row.get('error', '')}" if row["verdict"] == "error" else "")
+          + (f" {row['cpu'].get('error')}" if (row.get("cpu") or {}).get("error") else ""),
+          flush=True)
+    for d in row.get("diff") or ():
+        print(f"    {d}", flush=True)
 
 
 def main(argv=None) -> int:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--cpu-only", action="store_true")
+    ap.add_argument("--arch", default="sm_90", help="the GPU's (H100/H200: sm_90)")
     ns = ap.parse_args(argv)
-    arch = "sm_90"
-    if not ns.cpu_only:
-        import torch
-        major, minor = torch.cuda.get_device_capability()
-        arch = f"sm_{major}{minor}"
+    items = [(f, c, o, ns.arch) for f, c, o in UNITS]
+    # the CPU builds in parallel, in fresh (spawned) processes, before this one touches CUDA
+    with ProcessPoolExecutor(len(items), mp_context=mp.get_context("spawn")) as ex:
+        futures = [ex.submit(_cpu_build, it) for it in items]
     rows = []
-    for fam_name, case, over in UNITS:
+    for (fam_name, case, _, _), fut in zip(items, futures):
         try:
-            row = probe_unit(fam_name, case, over, arch, ns.cpu_only)
+            row = fut.result()
+            if row["verdict"] == "cpu-only" and not ns.cpu_only:
+                row = _gpu_check(row)
         except Exception as exc:  # noqa: BLE001 -- one unit's failure is a line, not the end
             row = {"family": fam_name, "case": case, "verdict": "error",
                    "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         rows.append(row)
-        print(f"probe {fam_name} {case} {row.get('config', '')}: {row['verdict']}"
-              f" (cpu {row.get('cpu_s', 0):.1f} s, gpu {row.get('gpu_s', 0):.1f} s)"
-              + (f" {row.get('error', '')}" if row["verdict"] == "error" else "")
-              + (f" {row['cpu'].get('error')}" if row.get("cpu", {}).get("error") else ""),
-              flush=True)
-        for d in row.get("diff") or ():
-            print(f"    {d}", flush=True)
+        _print(row)
         if ns.out:                      # after every unit: a timeout keeps what was probed
             Path(ns.out).write_text(json.dumps(rows, indent=1, default=str))
     print("probe: fmha_decode has no compile units (the sweep's worker compiles them)")
