@@ -88,7 +88,7 @@ def _cpu_build(item) -> dict:
         return {**row, "verdict": "no compile unit"}
     row["cache_dir"] = ctx.config.cache_dir = tempfile.mkdtemp(prefix="i36probe-")
     t0 = time.perf_counter()
-    r = CpuCompiler().compile({**unit, "family": fam_name, "arch": arch})
+    r = CpuCompiler(block_torch=True).compile({**unit, "family": fam_name, "arch": arch})
     return {**row, "cpu": r, "cpu_s": time.perf_counter() - t0,
             "verdict": "cpu-only" if r["status"] == "ok" else "unmapped"}
 
