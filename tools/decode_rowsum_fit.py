@@ -130,7 +130,10 @@ def main(argv=None) -> int:
     inp, meta, gpu_l, gpu_out, listed = load(ns.dump)
     h = inp["q"].shape[2]
     base_out, base_l = replay(inp, meta, nm.Sm90())
-    if gpu_l is None and ns.gpu_l:                       # GPU l: the model's, listed ones set
+    if gpu_l is None and ns.gpu_l:
+        # the GPU's l: the json's run listed only the entries its simulator got wrong, so
+        # the others are that simulator's; valid while the current model gives the same
+        # values off the listed entries (the json's and this model's differ only there)
         gpu_l = base_l[0:1, :, :h].copy()
         for e in json.loads(Path(ns.gpu_l).read_text())[0]["partials"]:
             if e["array"] == "l":
