@@ -6,6 +6,11 @@ lane, the quad's butterflies, then the warps through shared memory (w0 + w2) + (
 padded mistral-large slice (results/issue33-h200-2026-11-28b/ws-probe): the float32 p rows
 and rescale factors of 6 (head, split) pairs (the simulator's, bit-equal to the GPU's where
 m and acc agree) and the GPU's final row sums l."""
+import importlib.util
+import io
+import re
+import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +20,11 @@ import cuda.tile as ct
 from spak.sim.fma import fma_f32
 from spak.sim.numerics import fragment_row_sum_f32, fragment_row_sum_m16_f32, get_model
 from spak.sim.tile import MMA_LAYOUT
+from tests import tools
 
-FIXTURE = Path(__file__).resolve().parents[1] / "results" / "issue33-h200-2026-11-28b" / \
+ROOT = Path(__file__).resolve().parents[1]
+
+FIXTURE = ROOT / "results" / "issue33-h200-2026-11-28b" / \
     "ws-probe" / "l_rows_mistral.npz"
 
 
@@ -76,3 +84,50 @@ def test_row_sums_match_the_h200_split_workspaces():
     assert (old.view(np.uint32) == d["sim_l_before"].view(np.uint32)).all()   # the replay
     assert (new.view(np.uint32) == gpu.view(np.uint32)).all()
     assert (old.view(np.uint32) != gpu.view(np.uint32)).sum() == 4            # can fail
+
+
+def _decode_split_sass(heads, pad):
+    """SASS of the split kernel the plan launches for a fp16 D 128 decode (8 splits)."""
+    from cuda.tile.compilation import export_kernel
+    from spak.gpu.compile_decode import _signature, decode_launches
+    tiles = {"TILE_N": 128, "MAX_ROWS": 64, "GROUP_PAD": pad}
+    launch = decode_launches(dtype="fp16", head_dim=128, causal=False, heads=heads, splits=8,
+                             tiles=tiles)[0]
+    buf = io.BytesIO()
+    export_kernel(launch.kernel, [_signature(launch.kernel, launch.args)], buf,
+                  gpu_code="sm_90", output_format="cubin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        out = subprocess.run([tools.require("nvdisasm"), "-c", f.name], check=True,
+                             capture_output=True, text=True).stdout
+    return out.splitlines()
+
+
+def _tracer():
+    spec = importlib.util.spec_from_file_location("sass_trace_mma",
+                                                  ROOT / "tools" / "sass_trace_mma.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heads, pad", [((28, 4), 1), ((28, 4), 0), ((96, 8), 1)])
+def test_the_cubin_still_sums_16_row_tiles_over_4_warps(heads, pad):
+    """Padded group 7 (8 heads x 2 rows), its power-of-two form (1 head x 16 rows) and
+    padded group 12 (16 heads): HMMA, no wgmma; a lane's row sum is two chains from +0
+    over its 4 n8 blocks (of 16: the warps split the keys), then xor 2, xor 1; the warps'
+    partials come back through shared memory and meet by xor 2, xor 1."""
+    tools.require("nvdisasm")
+    lines = _decode_split_sass(heads, pad)
+    text = "\n".join(lines)
+    assert "HMMA.16816.F32" in text and "HGMMA" not in text
+    t = _tracer().run_trace(lines, head_dim=128, tile_n=128)
+    lane = [re.sub(r"p[\d?]+\.", "x.", e) for _, op, _, e in t.ops
+            if op.startswith("SHFL") and e.startswith("shfl2(") and re.search(r"p\d", e)]
+    chains = "((((0 + x.{0}) + x.{0}) + x.{0}) + x.{0})"
+    want = f"shfl2(({chains.format(1)} + {chains.format(0)}))"
+    assert lane and all(e.replace("'", "") == want for e in lane), lane
+    meet = re.compile(r"^\(\(shfl2\((L\d+\[0\])\) \+ \1\) \+ shfl1\(\(shfl2\(\1\) \+ \1\)\)\)$")
+    assert any(meet.match(e) for _, op, _, e in t.ops if op.startswith("FADD"))
