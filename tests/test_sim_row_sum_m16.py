@@ -131,3 +131,39 @@ def test_the_cubin_still_sums_16_row_tiles_over_4_warps(heads, pad):
     assert lane and all(e.replace("'", "") == want for e in lane), lane
     meet = re.compile(r"^\(\(shfl2\((L\d+\[0\])\) \+ \1\) \+ shfl1\(\(shfl2\(\1\) \+ \1\)\)\)$")
     assert any(meet.match(e) for _, op, _, e in t.ops if op.startswith("FADD"))
+
+
+def test_32_row_candidate_is_the_sass_reading_and_off():
+    """fragment_row_sum_m32_f32 (not checked on a GPU yet, so Sm90.row_warps_m32 is off):
+    rows 0-15 one chain a lane from its first value, rows 16-31 a pairwise tree, then the
+    quad and the warps as for 16 rows."""
+    from spak.sim.numerics import Sm90, fragment_row_sum_m32_f32
+    f = np.float32
+    x = np.random.default_rng(32).standard_normal((32, 128)).astype(np.float32) * 100
+
+    def lane_vals(row, w, t):
+        return [row[8 * (4 * j + w) + 2 * t + e] for j in range(4) for e in range(2)]
+
+    def chain(v):
+        acc = v[0]
+        for y in v[1:]:
+            acc = f(acc + y)
+        return acc
+
+    def tree(v):
+        while len(v) > 1:
+            v = [f(v[i] + v[i + 1]) for i in range(0, len(v), 2)]
+        return v[0]
+    want = []
+    for r, row in enumerate(x):
+        lane = chain if r < 16 else tree
+        ws = []
+        for w in range(4):
+            q = [lane(lane_vals(row, w, t)) for t in range(4)]
+            ws.append(f(f(q[0] + q[2]) + f(q[1] + q[3])))
+        want.append(f(f(ws[0] + ws[2]) + f(ws[1] + ws[3])))
+    got = fragment_row_sum_m32_f32(x)
+    assert (got.view(np.uint32) == np.array(want, np.float32).view(np.uint32)).all()
+    assert Sm90.row_warps_m32 is False
+    s = get_model("sm_90").sum(x[None], -1, ct.float32, MMA_LAYOUT)[0]
+    assert (s == fragment_row_sum_f32(x)).all()          # the model keeps section 10's order
