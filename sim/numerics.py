@@ -975,6 +975,62 @@ def fragment_row_tree_f32(x: np.ndarray) -> np.ndarray:
     return (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
 
 
+def fragment_row_sum_m16_f32(x: np.ndarray) -> np.ndarray:
+    """float32 row sums of a 16-row mma tile [.., 16, N] (N a multiple of 32), as the sm_90
+    compiler emits them: M = 16 is below wgmma's 64, so the tile is HMMA.16816 (mma.sync)
+    over the 4 consumer warps splitting N, warp w holding the n8 blocks w, w + 4, w + 8, ..
+    Each lane runs two chains from +0 over its blocks (even and odd columns 8k + 2t,
+    8k + 2t + 1), adds them, the quad meets by butterflies xor 2, xor 1, and the 4 warps'
+    partial sums meet through shared memory, read back by the lanes of one warp and
+    butterflied xor 2, xor 1: (w0 + w2) + (w1 + w3). Read from the SASS of the decode split
+    kernel (tileiras 13.4, sm_90, 16 x 128 and 16 x 64: padded group 7 and 12 and
+    power-of-two forms alike); the interleaved block order fitted to an H200's split
+    workspaces (results/issue33-h200-2026-11-28b/ws-probe: 4 of 24 l values 1-2 ulp -> 24 of
+    24, the other 20 unchanged; tests/test_sim_row_sum_m16.py)."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1] // 32                                          # blocks a warp
+    v = x.reshape(x.shape[:-1] + (k, _WARPS, 4, 2))                # [.., j, w, t, e/o]
+    chains = np.zeros(x.shape[:-1] + (_WARPS, 4, 2), np.float32)
+    for j in range(k):
+        chains += v[..., j, :, :, :]
+    t = chains[..., 1] + chains[..., 0]                            # [.., w, t]
+    w = (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])          # the quad: [.., w]
+    return (w[..., 0] + w[..., 2]) + (w[..., 1] + w[..., 3])
+
+
+def _lane_chain(v):
+    t = v[..., 0]
+    for j in range(1, v.shape[-1]):
+        t = t + v[..., j]
+    return t
+
+
+def _lane_tree(v):
+    while v.shape[-1] > 1:
+        v = v[..., 0::2] + v[..., 1::2]
+    return v[..., 0]
+
+
+def fragment_row_sum_m32_f32(x: np.ndarray) -> np.ndarray:
+    """A CANDIDATE for float32 row sums of a 32-row mma tile [.., 32, N] (N a multiple of
+    32) on sm_90, not yet checked on a GPU (Sm90.row_warps_m32 is off): what the decode
+    split kernel's SASS shows (tileiras 13.4, GT 32, TILE_N 128; docs/numerics-sm90.md
+    section 17) is HMMA with the 4 warps splitting the keys as for 16 rows, but no chains
+    from +0: a lane adds its values in fragment order (b0.even, b0.odd, b1.even, ..) as
+    ONE chain from the first value for rows 0-15 (the first m16 tile) and as a pairwise
+    tree of neighbours for rows 16-31; then the quad xor 2, xor 1 and the warps
+    (w0 + w2) + (w1 + w3). Which n8 blocks a warp holds (w, w + 4, ..) is assumed from the
+    16-row fit."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1] // 32
+    v = x.reshape(x.shape[:-1] + (k, _WARPS, 4, 2))                # [.., j, w, t, e/o]
+    v = np.moveaxis(v, -4, -2).reshape(x.shape[:-1] + (_WARPS, 4, 2 * k))
+    t = np.concatenate([_lane_chain(v[..., :16, :, :, :]), _lane_tree(v[..., 16:, :, :, :])],
+                       axis=-3)                                    # [.., 32, w, t]
+    w = (t[..., 0] + t[..., 2]) + (t[..., 1] + t[..., 3])
+    return (w[..., 0] + w[..., 2]) + (w[..., 1] + w[..., 3])
+
+
 def fragment_col_sum_f32(x: np.ndarray) -> np.ndarray:
     """float32 sums along axis -2 (down the rows) of an mma accumulator tile of M = 64 B
     rows, as measured on an H100 through TileGym's decode kernels (`ct.sum(l_i, 0)` of a
@@ -1213,6 +1269,11 @@ class Sm90(Sm90v0):
     sum_chunk = "adjacent"
     #: 256-row mma tiles sum each row in one chain (fragment_row_chain_f32)
     row_chain_256 = True
+    #: 16-row mma tiles: 4 warps split N, then shared memory (fragment_row_sum_m16_f32)
+    row_warps_m16 = True
+    #: 32-row mma tiles: fragment_row_sum_m32_f32, read from the SASS but not yet checked on
+    #: a GPU (.gpujobs/i33.sh of issue-33e compares both): off
+    row_warps_m32 = False
     raw_sums = True             # mma/gather results summed as they are (an H100, --shapes)
     #: axis -2 sums of mma tiles in the fragment's order (fragment_col_sum_f32)
     col_sums_mma = True
@@ -1356,6 +1417,14 @@ class Sm90(Sm90v0):
                 if raw and _pow2(n):
                     # the accumulator summed as it is: a tree a lane (an H100, 5 shapes)
                     return fragment_row_tree_f32(x)
+                if self.row_warps_m16 and x.ndim >= 2 and x.shape[-2] == 16 and \
+                        n % 32 == 0:
+                    # 16 rows: mma.sync with the 4 warps splitting the keys (the decode
+                    # split kernel's tiles, results/issue33-h200-2026-11-28b/ws-probe)
+                    return fragment_row_sum_m16_f32(x)
+                if self.row_warps_m32 and x.ndim >= 2 and x.shape[-2] == 32 and \
+                        n % 32 == 0:
+                    return fragment_row_sum_m32_f32(x)     # a candidate (off by default)
                 if self.row_chain_256 and x.ndim >= 2 and x.shape[-2] == 256:
                     # TileGym's FMHA forward with LSE (256x128 tiles, an H100): 26 of 512
                     # LSE values 1 ulp -> 0. Not a shape rule: computed 256-row tiles of
@@ -1501,6 +1570,7 @@ class Sm120(Sm90):
     name = "sm_120"
     sum_chunk = "halving"
     row_chain_256 = False       # measured on sm_90 only
+    row_warps_m16 = False       # read from sm_90's SASS only
     col_sums_mma = False
     raw_sums = False            # measured on sm_90 only
     blocked_sums = False     # its lane order differs (above); not read there
@@ -1539,6 +1609,7 @@ class Sm89(Sm90):
     fma_left_mul_first = False   # read from sm_90's SASS only
     fma_no_broadcast = False     # read from sm_90's SASS only
     row_chain_256 = False        # read from sm_90's SASS only
+    row_warps_m16 = False        # read from sm_90's SASS only
     col_sums_mma = False         # measured on sm_90 only
     raw_sums = False             # measured on sm_90 only
     mma_tf32 = None          # not measured there: v0's rule
