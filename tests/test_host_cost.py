@@ -26,9 +26,11 @@ BUDGET = {
     # api._train_apply (9 calls of ours replace autograd.Function.apply's ~25 in torch);
     # 78 -> 70 (135 -> 123 anywhere): the prepared backward (spak.bwd_ready)
     "fmha fwd+bwd 1x2x16x64 causal": (70, 123, 4),
-    # one launch: a 256-key cache is not split (gpu.plan_decode.SHORT_CACHE_TILES)
-    "fmha_kvcache 1x1x32:8 x256": (33, 36, 1),
-    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (38, 43, 1),
+    # one launch: a 256-key cache is not split (gpu.plan_decode.SHORT_CACHE_TILES);
+    # kvcache 31 -> 25, varlen 37 -> 27: the launch bound but for the tensors
+    # (kvcache.Prepared: no plan key, binder pool or tensor dict per call)
+    "fmha_kvcache 1x1x32:8 x256": (25, 26, 1),
+    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (27, 28, 1),
 }
 
 #: case -> (allocations, torch tensors passed to ct.launch) per repeated call: what the
@@ -110,9 +112,9 @@ def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
     fn()
     base = hc.device_calls(fn)
     from spak import kvcache as kvc
-    real = kvc.launch_templates
-    monkeypatch.setattr(kvc, "launch_templates", lambda device, t, work, tensors: real(
-        device, t, work + [torch.empty(4)], tensors))
+    real = kvc.Prepared.launch
+    monkeypatch.setattr(kvc.Prepared, "launch", lambda self, tensors: real(
+        self, tensors + (torch.empty(4),)))
     got = hc.device_calls(fn)
     assert got["alloc"] == base["alloc"] + 1 and got["launch"] == base["launch"]
     assert base["gpu_us"] > 0 and got["gpu_us"] > base["gpu_us"]
@@ -120,10 +122,11 @@ def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
 
 @pytest.mark.parametrize("case,launches", [
     ("1x32:8x256x64/noncausal/fp16", 1),                 # short cache: one split
+    ("2x8:2x64x64/causal/page16/lens=64:37/fp16", 1),     # paged: the block table bound
     ("2x8:2x600x64/noncausal/lens=600:77/fp16", 2)])     # split + combine, one workspace
 def test_kvcache_gives_the_simulators_bits(cpu_launch, monkeypatch, case, launches):
-    """spak.fmha_kvcache (first call and memoised call, its workspaces views of one
-    buffer, the one-split plan's dummies kept) gives the bits of gpu.plan_decode's plan
+    """spak.fmha_kvcache (first call and memoised calls, its workspaces views of one
+    buffer, the one-split plan's dummies kept and its launch Prepared) gives the bits of gpu.plan_decode's plan
     run by the simulator on numpy arrays (`spak sim`'s path), and meets the float64 gate."""
     import numpy as np
 
@@ -140,12 +143,16 @@ def test_kvcache_gives_the_simulators_bits(cpu_launch, monkeypatch, case, launch
     seen = []
     real = ct.launch
     monkeypatch.setattr(ct, "launch", lambda s, g, k, a: seen.append(k) or real(s, g, k, a))
-    outs = [spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"])
-            for _ in range(2)]
-    assert len(seen) == 2 * launches
+    from spak import kvcache as kvc
+    monkeypatch.setattr(kvc, "_READY", {})
+    outs = [spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                              block_table=t.get("block_table"), is_causal=p.causal)
+            for _ in range(3)]
+    assert len(seen) == 3 * launches
+    assert len(kvc._READY) == (launches == 1)        # one split: the Prepared launch
     out_np = np.zeros(outs[0].shape, dtype=np.float16)
     for L in plan_decode(x["q"], x["k_cache"], x["v_cache"], x["cache_seqlens"], out_np,
-                         num_sms=132):
+                         block_table=x.get("block_table"), causal=p.causal, num_sms=132):
         sim.launch(L.kernel, L.grid, [sim.SimArray(a) if isinstance(a, np.ndarray) else a
                                       for a in L.args])
     ref = FAMILY.reference(p, x)["out"]

@@ -100,9 +100,9 @@ def fake_cuda():
     caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear]
     caches += [getattr(mod, name).clear for mod, names in (
         (api, ("_VALIDATED", "_lookup_cache", "_READY")),
-        (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED")),
+        (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED", "_READY")),
         (_bwd_ready(), ("_READY",)),
-        (_varlen(), ("_PLANS", "_VALIDATED"))) for name in names if hasattr(mod, name)]
+        (_varlen(), ("_PLANS", "_VALIDATED", "_READY"))) for name in names if hasattr(mod, name)]
     try:
         for obj, name, val in patches:
             setattr(obj, name, val)
