@@ -194,6 +194,38 @@ def test_host_cost_bench_train_diag_rows_run(fake):
     assert os.sched_getaffinity(0) == mask
 
 
+def test_host_cost_bench_ab_rows_run_and_restore_the_switches(fake):
+    """--ab's rows (issue 34e) run on CPU tensors: every SPAK row times (SDPA's pinned
+    backends, the sample and CAI objects need a GPU), the old path's switches and
+    autograd's multithreading and switch interval are restored, and the old-path rows
+    run the old path (no Prepared made while the switch is off)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from spak import bwd_ready, kvcache, varlen
+    path = Path(__file__).resolve().parents[1] / "tools" / "host_cost_bench.py"
+    spec = importlib.util.spec_from_file_location("host_cost_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    interval = sys.getswitchinterval()
+    rows = mod.ab_rows(torch, torch.device("cpu"))
+    old = {k: v for k, v in rows.items() if "old path" in k}
+    assert len(old) == 4
+    kvcache._READY.clear()
+    varlen._READY.clear()
+    mod.run_eager(torch, {k: v for k, v in old.items() if "varlen" in k}, 2,
+                  sync=lambda: None)
+    assert not varlen._READY
+    res = mod.run_eager(torch, rows, 2, sync=lambda: None)
+    spak_rows = [k for k in res if "| spak" in k or "floor: Prepared.launch alone" in k]
+    assert len(spak_rows) >= 12
+    assert all(isinstance(res[k], float) and res[k] > 0 for k in spak_rows), res
+    assert kvcache.PREPARED and varlen.PREPARED and bwd_ready.ENABLED
+    assert sys.getswitchinterval() == interval
+    assert torch.autograd.is_multithreading_enabled()
+
+
 def test_the_count_sees_one_more_op(fake, monkeypatch):
     """The count is not blind: one extra torch op on the path is one more call."""
     fn = hc.cases()["fmha 1x2x16x64 causal"]
