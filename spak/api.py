@@ -717,8 +717,11 @@ class _Train(torch.autograd.Function):
         # the backward's launcher found here, on the calling thread: the engine's device
         # thread, which runs the backward, pays more for each Python step (spak.bwd_ready)
         ctx.rkey = ctx.ready = None
+        # not under saved-tensor hooks (save_on_cpu, checkpoint offloading): what they
+        # unpack need not be the contiguous tensors the launcher binds
         if (_CAN_SKIP_OP and attn_mask is None and kernel == "fused" and scale
-                and _bwd_ready.ENABLED
+                and _bwd_ready.ENABLED and _saved_hooks is not None
+                and _saved_hooks(False) is None
                 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
             ctx.rkey = (q.shape, k.shape, v.shape, q.dtype, q.device, is_causal, scale,
                         _STORE_SEEN[2])
@@ -755,6 +758,8 @@ class _Train(torch.autograd.Function):
 
 
 _NO_GRADS = (None,) * 10
+_saved_hooks = getattr(getattr(torch._C, "_autograd", None),
+                       "_top_saved_tensors_default_hooks", None)
 
 
 def _remember_bwd(rkey, q, k, v, is_causal, scale) -> None:

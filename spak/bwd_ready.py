@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-__all__ = ["BwdReady", "remember", "remembered", "ENABLED", "KEEP_WORK_BYTES"]
+__all__ = ["BwdReady", "remember", "remembered", "clear", "ENABLED", "KEEP_WORK_BYTES"]
 
 #: SPAK_BWD_READY=0 turns the prepared backward off (the A/B of tools/host_cost_bench.py)
 ENABLED = os.environ.get("SPAK_BWD_READY", "1") != "0"
@@ -31,6 +31,9 @@ ENABLED = os.environ.get("SPAK_BWD_READY", "1") != "0"
 KEEP_WORK_BYTES = 4 << 20
 #: kept workspaces per call signature: one per (stream, thread) that ran its backward
 MAX_KEPT = 8
+#: all kept workspaces together at most this many bytes (then allocated each step)
+KEEP_TOTAL_BYTES = 64 << 20
+_KEPT_BYTES = [0]
 
 _empty_like = torch.empty_like
 
@@ -83,8 +86,10 @@ class BwdReady:
             work = self.kept.get(key)
             if work is None:
                 work = tuple(self.gl.workspaces(self.layout, self.device))
-                if len(self.kept) < MAX_KEPT:
+                size = self.layout[0] * 4
+                if len(self.kept) < MAX_KEPT and _KEPT_BYTES[0] + size <= KEEP_TOTAL_BYTES:
                     self.kept[key] = work
+                    _KEPT_BYTES[0] += size
         else:
             work = tuple(self.gl.workspaces(self.layout, self.device))
         dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
@@ -108,5 +113,12 @@ def remember(key, device, recipe) -> None:
     if recipe is None or not ENABLED:
         return
     if len(_READY) >= 512:                  # many distinct shapes: start over
-        _READY.clear()
+        clear()
     _READY[key] = BwdReady(device, recipe)
+
+
+def clear() -> None:
+    """Forget every launcher (and the count of kept workspace bytes: a launcher still
+    held by a recorded graph keeps its workspaces until that graph is freed)."""
+    _READY.clear()
+    _KEPT_BYTES[0] = 0

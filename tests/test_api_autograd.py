@@ -549,7 +549,7 @@ def sim_kernels(monkeypatch, tmp_path):
         names.append(kernel._annotated_function.pyfunc.__name__)
     monkeypatch.setattr(ct, "launch", launch)
     from spak import bwd_ready
-    caches = (api._VALIDATED, gl._FUSED_PLANS, gl._BWD_PLANS, bwd_ready._READY)
+    caches = (api._VALIDATED, gl._FUSED_PLANS, gl._BWD_PLANS, bwd_ready)
     for cache in caches:
         cache.clear()
     yield names

@@ -97,11 +97,10 @@ def fake_cuda():
                 (ct, "launch", _launch)]
     patches += [(mod, "check_devices", check_devices) for mod in (api, kvc, _varlen(), tc)]
     saved = [(obj, name, getattr(obj, name, _MISSING)) for obj, name, _ in patches]
-    caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear]
+    caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear, _bwd_ready().clear]
     caches += [getattr(mod, name).clear for mod, names in (
         (api, ("_VALIDATED", "_lookup_cache", "_READY")),
         (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED", "_READY")),
-        (_bwd_ready(), ("_READY",)),
         (_varlen(), ("_PLANS", "_VALIDATED", "_READY"))) for name in names if hasattr(mod, name)]
     try:
         for obj, name, val in patches:
