@@ -396,7 +396,13 @@ def _launch_ready(ready, q, k, v, lse):
     if lse is not None:
         args += (lse,)
     if dev == gl.current_device():
-        gl.ct.launch(gl.current_raw_stream(dev), grid, kernel, args + tail)
+        try:            # a new specialisation (another alignment) may compile here
+            gl.ct.launch(gl.current_raw_stream(dev), grid, kernel, args + tail)
+        except Exception as exc:
+            from spak.device import env as gpu_env
+            if not gpu_env.is_compile_error(exc):
+                raise
+            raise gpu_env.explain(exc, arch=device_arch(q.device)) from exc
     else:
         _on_device(q.device, lambda stream: gl.ct.launch(stream, grid, kernel, args + tail))
     return out

@@ -95,8 +95,15 @@ class BwdReady:
         dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
         pool = (q, k, v, out, dout.contiguous(), lse, dq, dk, dv) + work + self.consts
         launch = self.gl.ct.launch
-        for kernel, grid, get in self.launches:
-            launch(stream, grid, kernel, get(pool))
+        try:                # a new specialisation (another alignment) may compile here
+            for kernel, grid, get in self.launches:
+                launch(stream, grid, kernel, get(pool))
+        except Exception as exc:
+            from spak.device import env as gpu_env
+            if not gpu_env.is_compile_error(exc):
+                raise
+            major, minor = torch.cuda.get_device_capability(self.device)
+            raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
         return dq, dk, dv
 
 

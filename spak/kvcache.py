@@ -392,11 +392,10 @@ def launch_templates(device, templates, work, tensors) -> None:
                 for kernel, grid, get in binder.launches:
                     gl.ct.launch(stream, grid, kernel, get(pool))
     except Exception as exc:
-        from spak.device import env as gpu_env
-        if gpu_env.is_compile_error(exc):
-            major, minor = torch.cuda.get_device_capability(device)
-            raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
-        raise
+        explained = _explained(exc, device)
+        if explained is exc:
+            raise
+        raise explained from exc
 
 
 class Prepared:
@@ -457,9 +456,25 @@ class Prepared:
         stream = self.getstream(dev)
         pool = tensors + self.consts
         launch = self.gl.ct.launch
-        for kernel, grid, get in self.launches:
-            launch(stream, grid, kernel, get(pool))
+        try:                # a new specialisation (another alignment) may compile here
+            for kernel, grid, get in self.launches:
+                launch(stream, grid, kernel, get(pool))
+        except Exception as exc:
+            explained = _explained(exc, self.device)
+            if explained is exc:
+                raise
+            raise explained from exc
         return True
+
+
+def _explained(exc, device):
+    """A cuTile compile error re-raised with the set-up diagnosis (spak.device.env);
+    any other error as it is."""
+    from spak.device import env as gpu_env
+    if gpu_env.is_compile_error(exc):
+        major, minor = torch.cuda.get_device_capability(device)
+        return gpu_env.explain(exc, arch=f"sm_{major}{minor}")
+    return exc
 
 
 _op = torch.library.custom_op("spak::fmha_kvcache", mutates_args=())(_impl)

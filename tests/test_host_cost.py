@@ -126,6 +126,37 @@ def test_the_prepared_backward_steps_aside_for_saved_tensor_hooks(fake, monkeypa
     assert len(seen) == 1 and len(fake) == 4          # the general path's launches
 
 
+@pytest.mark.parametrize("name", ["fmha 1x2x16x64 causal", "fmha_kvcache 1x1x32:8 x256",
+                                  "fmha_varlen 2 seqs (16, 24) x2x64 causal",
+                                  "fmha fwd+bwd 1x2x16x64 causal"])
+def test_the_prepared_paths_explain_a_compile_error(fake, monkeypatch, name):
+    """A launch on a prepared path can still compile (a new specialisation): its cuTile
+    compile error comes with the set-up diagnosis, as on the general path; another
+    error passes as it is."""
+    import cuda.tile as ct
+
+    from spak.device import env as gpu_env
+    fn = hc.cases()[name]
+    fn()
+    fn()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(gpu_env, "explain", lambda exc, arch: ValueError(f"explained {arch}"))
+
+    monkeypatch.setattr(api, "device_arch", lambda device: "sm_90")
+    real = ct.launch
+    for error, raised in ((RuntimeError("failed to compile Tile IR program"), ValueError),
+                          (ZeroDivisionError(), ZeroDivisionError)):
+        def fail(stream, grid, kernel, args, error=error):
+            # the backward's launches only, in the training case (its forward is api's)
+            if "bwd" in name and "bwd" not in kernel._annotated_function.pyfunc.__name__:
+                return real(stream, grid, kernel, args)
+            raise error
+        monkeypatch.setattr(ct, "launch", fail)
+        with pytest.raises(raised) as got:
+            fn()
+        assert raised is not ValueError or "explained sm_90" in str(got.value)
+
+
 def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
     """device_calls is not blind: one more torch.empty on the path is one more alloc."""
     fn = hc.cases()["fmha_kvcache 1x1x32:8 x256"]
