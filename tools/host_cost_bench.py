@@ -224,6 +224,9 @@ def _decode_ab(torch, dev, spak, F, old):
         out = torch.empty(p.shape, dtype=p.dtype, device=dev)
         tensors = (qd, kc, vc, lens, out, None)
         r[f"{t} | floor: Prepared.launch alone (out ready)"] = lambda: p.launch(tensors)
+        one, former = _one_split_launches(p, tensors)
+        r[f"{t} | floor: ct.launch(decode_one_kernel, prepared args: 6 tensors)"] = one
+        r[f"{t} | floor: ct.launch(the former one-split form, 9 tensors)"] = former
         # would cached __cuda_array_interface__ objects for the tensors a decode loop
         # passes unchanged every step (the caches, the lengths) cut the launch? all six?
         try:
@@ -238,6 +241,23 @@ def _decode_ab(torch, dev, spak, F, old):
             r[f"{t} | floor: Prepared.launch as CAI"] = lambda exc=exc: (
                 _ for _ in ()).throw(exc)
     return r
+
+
+def _one_split_launches(p, tensors):
+    """(ct.launch of decode_one_kernel with its arguments ready, the same of the form it
+    replaced (issue 34e): decode_split_kernel with SPLIT False and three never-read
+    (1, 1, 1, 1) workspaces): the A/B of the kernel change, 6 tensor arguments against 9."""
+    import cuda.tile as ct
+
+    import spak.gpu.launch as gl
+    from spak.gpu.kernels import decode as dk
+    (kernel, grid, get), = p.launches
+    a = get(tensors + p.consts)
+    d = gl.dummy_mask(tensors[0])[0]
+    args = a[:6] + (d, d, d) + a[6:14] + (False,) + a[14:]
+    stream = gl.current_raw_stream(p.dev)
+    return (lambda: ct.launch(stream, grid, kernel, a),
+            lambda: ct.launch(stream, grid, dk.decode_split_kernel, args))
 
 
 def _both(a, b):
