@@ -85,17 +85,17 @@ def varlen_launches(*, dtype: str, head_dim: int, causal: bool, heads=(32, 8), t
 def compile_decode_variant(*, arch: str, dtype: str, head_dim: int, causal: bool,
                            page: int = 0, seq_q: int = 1, heads=(32, 8), tiles=None,
                            hints: Optional[dict] = None, kernel: str = "splitkv",
-                           whole: bool = False) -> dict:
+                           whole: bool = False, splits: int = 4) -> dict:
     """Compile one variant's kernels for `arch`, launching nothing: the split and combine
-    kernels (kernel "splitkv"), or the varlen kernel ("varlen"; page and seq_q unused;
-    whole: its WHOLE form).
+    kernels (kernel "splitkv"; splits 1: the one-split kernel alone), or the varlen kernel
+    ("varlen"; page and seq_q unused; whole: its WHOLE form).
     Returns dict(ok, seconds, cubin_bytes, error, kernels, tiles) like gpu.compile."""
     def plan():
         if kernel == "varlen":
             return varlen_launches(dtype=dtype, head_dim=head_dim, causal=causal,
                                    heads=heads, tiles=tiles, arch=arch, whole=whole)
         return decode_launches(dtype=dtype, head_dim=head_dim, causal=causal, page=page,
-                               seq_q=seq_q, heads=heads, tiles=tiles)
+                               seq_q=seq_q, heads=heads, tiles=tiles, splits=splits)
 
     def export(launch):
         k = with_hints(launch.kernel, **check_hints(hints))

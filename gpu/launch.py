@@ -21,7 +21,7 @@ from .plan import Launch, plan_fmha
 from .variants import apply_hints
 
 __all__ = ["torch_alloc", "plan_torch", "run", "current_raw_stream", "current_device",
-           "fmha_into", "fused_ready", "fmha_bwd_into"]
+           "fmha_into", "fused_ready", "fmha_bwd_into", "bwd_recipe", "capturing"]
 
 
 def torch_alloc(like):
@@ -223,10 +223,7 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     the memory-bound preprocess keeps its own), None = the kernels' own.
     """
     named = (q, k, v, out, dout, lse, dq, dk, dv) + (() if mask is None else (mask,))
-    key = (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
-           None if mask is None else mask.shape, causal, scale or repr(scale),
-           tuple(tiles.items()) if tiles else (),
-           tuple(sorted(hints.items())) if hints else ())
+    key = _bwd_key(kernel_name, q, k, v, mask, causal, scale, tiles, hints)
     recipe = _BWD_PLANS.get(key)
     if recipe is None:
         recipe = _plan_bwd_recipe(kernel_name, named, mask is not None, causal, scale, tiles,
@@ -248,6 +245,29 @@ def fmha_bwd_into(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *, mask
     for kernel, grid, get in launches:
         ct.launch(stream, grid, kernel, get(pool))
     return dq, dk, dv
+
+
+def _bwd_key(kernel_name, q, k, v, mask, causal, scale, tiles, hints) -> tuple:
+    return (kernel_name, q.shape, k.shape, v.shape, q.dtype, q.device,
+            None if mask is None else mask.shape, causal, scale or repr(scale),
+            tuple(tiles.items()) if tiles else (),
+            tuple(sorted(hints.items())) if hints else ())
+
+
+def bwd_recipe(kernel_name, q, k, v, *, mask=None, causal=False, scale=None, tiles=None,
+               hints=None):
+    """The recipe (launches as (kernel, grid, getter), workspace_layout, constants) that
+    fmha_bwd_into made for this call signature, or None (not made yet, or not cacheable):
+    what spak.api's prepared backward launches without fmha_bwd_into's key."""
+    return _BWD_PLANS.get(_bwd_key(kernel_name, q, k, v, mask, causal, scale, tiles, hints))
+
+
+def capturing() -> bool:
+    """Whether torch's current stream is capturing a CUDA graph (the raw C getter;
+    torch.cuda.is_current_stream_capturing's Python wrapper when a torch lacks it)."""
+    import torch
+    getter = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+    return torch.cuda.is_current_stream_capturing() if getter is None else getter()
 
 
 #: the backward's launches a config's occupancy / num_ctas hints apply to

@@ -352,11 +352,12 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     mode = page_mode if 0 < page < tn else 0
     split_kernel = with_hints(_decode.decode_split_kernel, occupancy=occ or None,
                               num_ctas=ctas or None)
-    if splits == 1:
-        dummy = alloc((1, 1, 1, 1), "float32")                   # never read or written
-        return [_launch(split_kernel, (tiles_qh, 1, B),
-                        (q, k_cache, v_cache, cache_seqlens, bt, out, dummy, dummy, dummy,
-                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, False, causal, masked,
+    if splits == 1:     # the split kernel's one-split block, without its workspaces
+        one_kernel = with_hints(_decode.decode_one_kernel, occupancy=occ or None,
+                                num_ctas=ctas or None)
+        return [_launch(one_kernel, (tiles_qh, 1, B),
+                        (q, k_cache, v_cache, cache_seqlens, bt, out,
+                         scale, d_t, dv_t, sq_t, gt, tn, page, mode, causal, masked,
                          form, lat, ahead),
                         "decode")]
     # the splits of a row side by side: the combine reads them in one load (its view of

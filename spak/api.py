@@ -48,6 +48,7 @@ from typing import Optional
 
 import torch
 
+from spak import bwd_ready as _bwd_ready
 from spak.torch_checks import DTYPES, check_devices, check_dtypes, check_tiles
 from spak.torch_checks import MAX_SCALE  # noqa: F401 (spak.api.MAX_SCALE)
 from spak.torch_checks import check_scale as _check_scale
@@ -395,7 +396,13 @@ def _launch_ready(ready, q, k, v, lse):
     if lse is not None:
         args += (lse,)
     if dev == gl.current_device():
-        gl.ct.launch(gl.current_raw_stream(dev), grid, kernel, args + tail)
+        try:            # a new specialisation (another alignment) may compile here
+            gl.ct.launch(gl.current_raw_stream(dev), grid, kernel, args + tail)
+        except Exception as exc:
+            from spak.device import env as gpu_env
+            if not gpu_env.is_compile_error(exc):
+                raise
+            raise gpu_env.explain(exc, arch=device_arch(q.device)) from exc
     else:
         _on_device(q.device, lambda stream: gl.ct.launch(stream, grid, kernel, args + tail))
     return out
@@ -713,20 +720,60 @@ class _Train(torch.autograd.Function):
         out, lse = _train_impl(q, k, v, attn_mask, is_causal, scale, kernel, *config)
         ctx.save_for_backward(q, k, v, out, lse, attn_mask)
         ctx.is_causal, ctx.scale, ctx.kernel = is_causal, scale, kernel
+        # the backward's launcher found here, on the calling thread: the engine's device
+        # thread, which runs the backward, pays more for each Python step (spak.bwd_ready)
+        ctx.rkey = ctx.ready = None
+        # not under saved-tensor hooks (save_on_cpu, checkpoint offloading): what they
+        # unpack need not be the contiguous tensors the launcher binds
+        if (_CAN_SKIP_OP and attn_mask is None and kernel == "fused" and scale
+                and _bwd_ready.ENABLED and _saved_hooks is not None
+                and _saved_hooks(False) is None
+                and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+            ctx.rkey = (q.shape, k.shape, v.shape, q.dtype, q.device, is_causal, scale,
+                        _STORE_SEEN[2])
+            ctx.ready = _bwd_ready.remembered(ctx.rkey)
         return out
 
     @staticmethod
     def backward(ctx, dout):
+        ready = ctx.ready
+        # _plain_eager's tests (dout's type, no compile, mode, trace, transform or
+        # profiler) and grad mode off, inline: each Python call here costs more on the
+        # engine's thread than on the caller's
+        if ready is not None and type(dout) is _Tensor and not (
+                torch.is_grad_enabled() or torch.compiler.is_compiling()
+                or _torch_function_mode() or _dispatch_modes()
+                or _tracing_state() is not None or _functorch_level() is not None
+                or _profiler_enabled()):
+            q, k, v, out, lse, _ = ctx.saved_tensors
+            grads = ready.run(dout, q, k, v, out, lse)
+            if grads is not None:
+                return grads + _NO_GRADS
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
         # create_graph=True (grad mode on here) takes the op: a backward through it then
         # raises the op's "no autograd formula" error instead of dropping a derivative
         if not torch.is_grad_enabled() and _plain_eager(dout, q, k, attn_mask):
             dq, dk, dv = _bwd_impl(dout, q, k, v, out, lse, attn_mask, ctx.is_causal,
                                    ctx.scale)
+            if ctx.rkey is not None and ready is None:
+                _remember_bwd(ctx.rkey, q, k, v, ctx.is_causal, ctx.scale)
         else:
             dq, dk, dv = torch.ops.spak.fmha_bwd(dout, q, k, v, out, lse, attn_mask,
                                                  ctx.is_causal, ctx.scale)
-        return (dq, dk, dv) + (None,) * 10
+        return (dq, dk, dv) + _NO_GRADS
+
+
+_NO_GRADS = (None,) * 10
+_saved_hooks = getattr(getattr(torch._C, "_autograd", None),
+                       "_top_saved_tensors_default_hooks", None)
+
+
+def _remember_bwd(rkey, q, k, v, is_causal, scale) -> None:
+    """After a general backward: keep its recipe as the prepared launcher for rkey."""
+    import spak.gpu.launch as gl
+    tiles, hints = _bwd_config(q.device, q.dtype, q.shape[3], is_causal, k.shape[2])
+    _bwd_ready.remember(rkey, q.device, gl.bwd_recipe(
+        "fused", q, k, v, causal=is_causal, scale=scale, tiles=tiles, hints=hints))
 
 
 _fn_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")

@@ -42,10 +42,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 from typing import Optional
 
 import torch
 
+from spak.api import _plain_eager as _api_plain_eager
 from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
@@ -173,15 +175,20 @@ def _num_sms(index: int) -> int:
 _PLANS: dict = {}
 
 
+def _plan_key(q, k_cache, v_cache, block_table, *config) -> tuple:
+    """_PLANS's key: the shapes, dtype, device and (is_causal, scale, num_splits, the
+    tiles) as _impl passes them to _plan."""
+    return (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
+            None if block_table is None else block_table.shape, *config)
+
+
 def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_splits,
           tile_n, max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead):
     """gpu.plan_decode's launches as templates: per (shapes, flags, config) the kernels,
     grids and constants, with the tensors' places named; planning costs more host time
     than a short decode kernel takes."""
-    key = (q.shape, k_cache.shape, v_cache.shape, q.dtype, q.device,
-           None if block_table is None else block_table.shape,
-           is_causal, scale, num_splits, tile_n, max_rows, page_mode, occupancy, kt_form,
-           num_ctas, lat, ahead)
+    key = _plan_key(q, k_cache, v_cache, block_table, is_causal, scale, num_splits, tile_n,
+                    max_rows, page_mode, occupancy, kt_form, num_ctas, lat, ahead)
     cached = _PLANS.get(key)
     if cached is not None:
         return cached
@@ -385,11 +392,89 @@ def launch_templates(device, templates, work, tensors) -> None:
                 for kernel, grid, get in binder.launches:
                     gl.ct.launch(stream, grid, kernel, get(pool))
     except Exception as exc:
-        from spak.device import env as gpu_env
-        if gpu_env.is_compile_error(exc):
-            major, minor = torch.cuda.get_device_capability(device)
-            raise gpu_env.explain(exc, arch=f"sm_{major}{minor}") from exc
-        raise
+        explained = _explained(exc, device)
+        if explained is exc:
+            raise
+        raise explained from exc
+
+
+class Prepared:
+    """A memoised plain eager call's launches bound but for the call's tensors (issue 34):
+    for a plan without workspaces (decode's one split, varlen), each launch's arguments
+    are taken by one itemgetter from (the tensors in the entry point's order) + the
+    constants. The call then makes one allocation (out) and its launches, no plan key, no
+    binder pool, no tensor dict. Also the raw device and stream getters, bound here."""
+    __slots__ = ("dev", "shape", "dtype", "device", "launches", "consts", "getdev",
+                 "getstream", "gl")
+
+    def __init__(self, device, out, templates, order):
+        import operator
+
+        import spak.gpu.launch as gl
+        consts, launches = [], []
+        for kernel, grid, args in templates:
+            idx = []
+            for a in args:
+                if isinstance(a, str):
+                    idx.append(order.index(a))
+                else:                       # _Const (the caller admits no workspaces)
+                    idx.append(len(order) + len(consts))
+                    consts.append(a.value)
+            get = (operator.itemgetter(*idx) if len(idx) > 1
+                   else (lambda pool, i=idx[0]: (pool[i],)))
+            launches.append((kernel, grid, get))
+        self.launches, self.consts = tuple(launches), tuple(consts)
+        self.dev, self.device, self.gl = device.index, device, gl
+        self.shape, self.dtype = tuple(out.shape), out.dtype
+        if device.type == "cuda":
+            c = torch._C
+            self.getdev = getattr(c, "_cuda_getDevice", None) or gl.current_device
+            self.getstream = (getattr(c, "_cuda_getCurrentRawStream", None)
+                              or gl.current_raw_stream)
+        else:       # CPU tensors (the simulator's tests, the host-cost fake patch gl's)
+            self.getdev = lambda: gl.current_device()
+            self.getstream = lambda dev: gl.current_raw_stream(dev)
+
+    @staticmethod
+    def admits(templates) -> bool:
+        """Whether a plan's templates take no workspace and keep no tensor but the dummy
+        mask kept per device (gpu.launch.dummy_mask): what Prepared binds."""
+        import spak.gpu.launch as gl
+        kept = tuple(gl._DUMMIES.values())
+        return bool(templates) and all(
+            isinstance(a, str) or isinstance(a, _Const) and (
+                not isinstance(a.value, torch.Tensor) or any(a.value is d for d in kept))
+            for _, _, args in templates for a in args)
+
+    def launch(self, tensors: tuple) -> bool:
+        """Launch on the current stream with `tensors` (the order given at __init__);
+        False (nothing launched) when another device is current: the caller's general
+        path has the device guard."""
+        dev = self.dev
+        if self.getdev() != dev:
+            return False
+        stream = self.getstream(dev)
+        pool = tensors + self.consts
+        launch = self.gl.ct.launch
+        try:                # a new specialisation (another alignment) may compile here
+            for kernel, grid, get in self.launches:
+                launch(stream, grid, kernel, get(pool))
+        except Exception as exc:
+            explained = _explained(exc, self.device)
+            if explained is exc:
+                raise
+            raise explained from exc
+        return True
+
+
+def _explained(exc, device):
+    """A cuTile compile error re-raised with the set-up diagnosis (spak.device.env);
+    any other error as it is."""
+    from spak.device import env as gpu_env
+    if gpu_env.is_compile_error(exc):
+        major, minor = torch.cuda.get_device_capability(device)
+        return gpu_env.explain(exc, arch=f"sm_{major}{minor}")
+    return exc
 
 
 _op = torch.library.custom_op("spak::fmha_kvcache", mutates_args=())(_impl)
@@ -418,13 +503,11 @@ def _no_backward(ctx, grad_out):
 _op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
 
 
-def _plain_eager(*tensors) -> bool:
-    """Nothing watches or transforms the call (spak.api's test, plus the cache tensors):
-    then the op's dispatch (~12 us of host time) is skipped."""
-    from spak.api import _plain_eager as plain
-    q, k, v, *rest = tensors
-    return (plain(q, k, v, None)
-            and all(t is None or type(t) is torch.Tensor for t in rest))
+def _plain_eager(q, k, v, lens=None, bt=None) -> bool:
+    """Nothing watches or transforms the call (spak.api's test, plus the other tensors,
+    None or plain): then the op's dispatch (~12 us of host time) is skipped."""
+    return ((lens is None or type(lens) is _Tensor) and (bt is None or type(bt) is _Tensor)
+            and _api_plain_eager(q, k, v, None))
 
 
 def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
@@ -438,7 +521,15 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
         if type(cache_seqlens) is int:
             cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
                                        device=q.device)
-        return _impl(q, k_cache, v_cache, cache_seqlens, block_table, *tail)
+        ready = _READY.get(key) if PREPARED else None
+        if ready is not None:            # launched before: bound but for the tensors
+            out = _launch_ready(ready, q, k_cache, v_cache, cache_seqlens, block_table)
+            if out is not None:
+                return out
+        out = _impl(q, k_cache, v_cache, cache_seqlens, block_table, *tail)
+        if PREPARED and ready is None:
+            _prepare(key, q, k_cache, v_cache, cache_seqlens, block_table, out, tail)
+        return out
     s, t = validate(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
                     is_causal=is_causal, scale=scale, num_splits=num_splits, tiles=tiles)
     from spak.gpu.plan_decode import default_decode_tiles
@@ -465,7 +556,52 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
         if len(_VALIDATED) >= 512:
             _VALIDATED.clear()
         _VALIDATED[key] = tail
+        out = _impl(*args)
+        if PREPARED:
+            _prepare(key, q, k_cache, v_cache, cache_seqlens, block_table, out, tail)
+        return out
     return _impl(*args)
+
+
+_READY: dict = {}
+"""Plain eager calls launched before whose plan has no workspace (one split): _memo_key
+(...) -> Prepared. PREPARED False (SPAK_PREPARED=0): not used (the A/B of
+tools/host_cost_bench.py)."""
+PREPARED = os.environ.get("SPAK_PREPARED", "1") != "0"
+_ORDER = ("q", "k", "v", "lens", "out", "bt")     # the tensors' order in a Prepared pool
+_INT32 = torch.int32
+_Tensor = torch.Tensor
+
+
+def _prepare(key, q, k_cache, v_cache, lens, block_table, out, tail) -> None:
+    """After a memoised call's launch: keep its plan as a Prepared when it has none of
+    the split plan's workspaces (a cache of at most SHORT_CACHE_TILES key tiles)."""
+    if out.numel() == 0:
+        return
+    bt = block_table
+    if bt is not None and bt.dtype != _INT32:
+        bt = bt.to(_INT32)
+    config = list(tail)
+    if config[7] == _KT_LOOKED_UP:          # as _impl passes it to _plan
+        config[7] = -1
+    found = _PLANS.get(_plan_key(q, k_cache, v_cache, bt, *config))
+    if found is None or not Prepared.admits(found[0]):
+        return
+    if len(_READY) >= 512:
+        _READY.clear()
+    _READY[key] = Prepared(q.device, out, found[0], _ORDER)
+
+
+def _launch_ready(ready, q, k_cache, v_cache, lens, bt):
+    """_impl's work for a Prepared call: out, or None (another device is current)."""
+    if lens.dtype != _INT32:
+        lens = lens.to(_INT32)
+    if bt is not None and bt.dtype != _INT32:
+        bt = bt.to(_INT32)
+    out = torch.empty(ready.shape, dtype=ready.dtype, device=ready.device)
+    if ready.launch((q.contiguous(), k_cache, v_cache, lens, out, bt)):
+        return out
+    return None
 
 
 _KT_LOOKED_UP = -2        # KT_FORM: the store has none for this class (the plan's choice)

@@ -548,13 +548,13 @@ def sim_kernels(monkeypatch, tmp_path):
             t.copy_(torch.from_numpy(np.asarray(arr.data)))
         names.append(kernel._annotated_function.pyfunc.__name__)
     monkeypatch.setattr(ct, "launch", launch)
-    api._VALIDATED.clear()
-    gl._FUSED_PLANS.clear()
-    gl._BWD_PLANS.clear()
+    from spak import bwd_ready
+    caches = (api._VALIDATED, gl._FUSED_PLANS, gl._BWD_PLANS, bwd_ready)
+    for cache in caches:
+        cache.clear()
     yield names
-    api._VALIDATED.clear()
-    gl._FUSED_PLANS.clear()
-    gl._BWD_PLANS.clear()
+    for cache in caches:
+        cache.clear()
 
 
 SIM_CASES = {
@@ -578,6 +578,20 @@ def test_gradients_through_the_real_kernels_on_the_simulator(sim_kernels, name):
     assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_kernel",
                            "fmha_bwd_dkdv_kernel", "fmha_bwd_dq_kernel"] * 2
     assert len(gl._BWD_PLANS) == 1
+
+
+def test_the_prepared_backward_gives_the_simulators_bits(sim_kernels):
+    """Issue 34: the first backward of a call signature keeps its launcher (spak.bwd_ready);
+    the second step runs it, the third with the workspace it kept: each step's gradients
+    are the simulator's own (simrun_bwd, bit for bit) and near float64."""
+    from spak import bwd_ready
+    for seed in (21, 22, 23):
+        q, k, v = qkv(Sq=40, Sk=40, D=32, seed=seed)
+        check_against_the_simulator(q, k, v, False, dict(is_causal=True), seed)
+    (ready,) = bwd_ready._READY.values()
+    assert len(ready.kept) == 1                      # steps 2 and 3 shared one workspace
+    assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_kernel",
+                           "fmha_bwd_dkdv_kernel", "fmha_bwd_dq_kernel"] * 3
 
 
 def test_self_attention_with_one_tensor_for_q_k_v_on_the_simulator(sim_kernels):

@@ -395,3 +395,36 @@ def test_combine_of_100_splits_matches_float64():
     got, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits)
     assert np.isfinite(got).all()
     assert rel_l2(got, FAMILY.reference(p, inp)["out"]) <= gate_for(p.dtype)
+
+
+@pytest.mark.parametrize("case", ["3x8:1x90x64/page16/lens=1:90:0/fp16",
+                                  "1x32:8x256x64/fp16", "1x28:4x2:64x64/causal/fp16",
+                                  "2x8:1x4:60x64/causal/page16/lens=60:9/fp16"])
+def test_one_split_kernel_is_the_split_kernels_one_split_block_bit_for_bit(case):
+    """Issue 34: a short cache's plan launches decode_one_kernel (no workspace arguments:
+    fewer tensors for the host to convert per launch); on the simulator it gives the bits
+    of decode_split_kernel with SPLIT False and never-read workspaces, the form it
+    replaces, and meets the float64 gate."""
+    from spak import sim
+    from spak.core.metrics import gate_for
+    from spak.gpu.kernels import decode as dk
+    from spak.gpu.plan_decode import plan_decode
+    p = FAMILY.parse(case)
+    x = FAMILY.make_inputs(p, seed=3)
+    outs = []
+    for old in (False, True):
+        out = np.zeros(x["q"].shape[:3] + (x["v_cache"].shape[3],), x["q"].dtype)
+        (L,) = plan_decode(x["q"], x["k_cache"], x["v_cache"], x["cache_seqlens"], out,
+                           block_table=x.get("block_table"), causal=p.causal, num_sms=132)
+        assert L.kernel._annotated_function.pyfunc is dk.decode_one_kernel._annotated_function.pyfunc
+        args, kernel = list(L.args), L.kernel
+        if old:                 # the former launch: three dummies, SPLIT False
+            d = np.zeros((1, 1, 1, 1), np.float32)
+            args, kernel = args[:6] + [d, d, d] + args[6:14] + [False] + args[14:], \
+                dk.decode_split_kernel
+        sim.launch(kernel, L.grid, [sim.SimArray(a) if isinstance(a, np.ndarray) else a
+                                    for a in args])
+        outs.append(out)
+    assert np.isfinite(outs[0].astype(np.float32)).all()
+    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+    assert rel_l2(outs[0], FAMILY.reference(p, x)["out"]) <= gate_for("fp16")

@@ -34,6 +34,22 @@ def test_decode_kernels_compile(arch, page, seq_q, heads, causal, tiles):
     assert all(k["cubin_bytes"] > 0 for k in r["kernels"])
 
 
+# the one-split kernel (issue 34: decode_one_kernel, no workspace arguments): contiguous
+# GQA rows form, paged causal speculative keys form, a padded group
+ONE_SPLIT = [(0, 1, (32, 8), False, None), (16, 4, (8, 1), True, {"KT_FORM": 2}),
+             (16, 1, (28, 4), False, None)]
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])
+@pytest.mark.parametrize("page, seq_q, heads, causal, tiles", ONE_SPLIT)
+def test_decode_one_split_kernel_compiles(arch, page, seq_q, heads, causal, tiles):
+    from spak.gpu.compile_decode import compile_decode_variant
+    r = compile_decode_variant(arch=arch, dtype="fp16", head_dim=64, causal=causal, page=page,
+                               seq_q=seq_q, heads=heads, tiles=tiles, splits=1)
+    assert r["ok"], r["error"]
+    assert [k["name"] for k in r["kernels"]] == ["decode"] and r["cubin_bytes"] > 0
+
+
 @pytest.mark.parametrize("whole", [False, True])
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120", "sm_89"])
 def test_varlen_kernel_compiles(arch, whole):

@@ -167,7 +167,10 @@ def test_spak_run_without_shapes_takes_the_family_sets(capsys):
 
 def _split_plan(launch):
     """(grid, the split kernel's constants: scale, tile widths, SQ_T, GT, TILE_N, page,
-    mode, SPLIT, causal, PAD, KT_FORM, LAT, AHEAD) of a plan's first launch."""
+    mode, SPLIT, causal, PAD, KT_FORM, LAT, AHEAD) of a plan's first launch; the one-split
+    kernel (no workspaces, no SPLIT parameter: issue 34) read as the split kernel's."""
+    if len(launch.args) == 19:              # decode_one_kernel: 6 arrays, SPLIT False
+        return launch.grid[1], launch.args[6:14] + (False,) + launch.args[14:]
     return launch.grid[1], launch.args[9:]
 
 

@@ -23,11 +23,14 @@ BUDGET = {
     "fmha 1x2x16x64 causal": (28, 32, 1),
     "fmha 4x16x512x64 causal": (28, 32, 1),
     # 78: the backward's tuned-config lookup (issue 35: api._bwd_config, one memo read);
-    # api._train_apply (9 calls of ours replace autograd.Function.apply's ~25 in torch)
-    "fmha fwd+bwd 1x2x16x64 causal": (78, 135, 4),
-    # one launch: a 256-key cache is not split (gpu.plan_decode.SHORT_CACHE_TILES)
-    "fmha_kvcache 1x1x32:8 x256": (33, 36, 1),
-    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (38, 43, 1),
+    # api._train_apply (9 calls of ours replace autograd.Function.apply's ~25 in torch);
+    # 78 -> 71 (135 -> 124 anywhere): the prepared backward (spak.bwd_ready)
+    "fmha fwd+bwd 1x2x16x64 causal": (71, 124, 4),
+    # one launch: a 256-key cache is not split (gpu.plan_decode.SHORT_CACHE_TILES);
+    # kvcache 31 -> 25, varlen 37 -> 27: the launch bound but for the tensors
+    # (kvcache.Prepared: no plan key, binder pool or tensor dict per call)
+    "fmha_kvcache 1x1x32:8 x256": (25, 26, 1),
+    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (27, 28, 1),
 }
 
 #: case -> (allocations, torch tensors passed to ct.launch) per repeated call: what the
@@ -41,9 +44,12 @@ BUDGET = {
 DEVICE_BUDGET = {
     "fmha 1x2x16x64 causal": (1, 5, 1),
     "fmha 4x16x512x64 causal": (1, 5, 1),
-    # out + lse, dq + dk + dv, one buffer for the backward's delta and log2 LSE
-    "fmha fwd+bwd 1x2x16x64 causal": (6, 28, 2),
-    "fmha_kvcache 1x1x32:8 x256": (1, 9, 1),
+    # out + lse, dq + dk + dv; the backward's delta and log2 LSE buffer is kept between
+    # steps (spak.bwd_ready; was one allocation a step)
+    "fmha fwd+bwd 1x2x16x64 causal": (5, 28, 2),
+    # 9 -> 6 tensor arguments: the one-split kernel (decode_one_kernel) takes no
+    # never-read workspaces (issue 34e)
+    "fmha_kvcache 1x1x32:8 x256": (1, 6, 1),
     "fmha_varlen 2 seqs (16, 24) x2x64 causal": (1, 6, 1),
 }
 
@@ -82,15 +88,84 @@ def test_a_repeated_eager_call_stays_within_its_device_side_budget(fake, name):
     assert got["cuda_query"] <= queries, f"{name}: {got}"
 
 
+#: calls made anywhere while api._Train.backward runs, i.e. on the autograd engine's device
+#: thread on a GPU, where each Python step costs more than on the calling thread (H200:
+#: the backward node 187 us a step on the main thread, 363 on the engine's; issue 34).
+#: 40 before the prepared backward (spak.bwd_ready): _plain_eager, _bwd_impl's contiguous
+#: copies and allocations, _bwd_config, _on_device, fmha_bwd_into's key and pool
+BACKWARD_BUDGET = 26
+
+
+def test_the_backward_runs_little_python_on_the_engines_thread(fake, monkeypatch):
+    fn = hc.cases()["fmha fwd+bwd 1x2x16x64 causal"]
+    fn()
+    fn()
+    got = hc.count_calls(fn, where="", inside=api._Train.backward.__code__)
+    assert got <= BACKWARD_BUDGET, f"{got} calls in the backward, budget {BACKWARD_BUDGET}"
+    from spak import bwd_ready
+    monkeypatch.setattr(bwd_ready, "ENABLED", False)     # the general path: not blind
+    fn()
+    assert hc.count_calls(fn, where="", inside=api._Train.backward.__code__) > got + 10
+
+
+def test_the_prepared_backward_steps_aside_for_saved_tensor_hooks(fake, monkeypatch):
+    """Under saved-tensor hooks (save_on_cpu, offloading) what autograd unpacks need not
+    be the contiguous tensors the prepared backward binds: the general path runs."""
+    from spak import bwd_ready
+    fn = hc.cases()["fmha fwd+bwd 1x2x16x64 causal"]
+    fn()
+    seen = []
+    real = bwd_ready.BwdReady.run
+    monkeypatch.setattr(bwd_ready.BwdReady, "run",
+                        lambda self, *a: seen.append(1) or real(self, *a))
+    fn()
+    assert len(seen) == 1                             # not blind: the prepared path
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        fake.clear()
+        fn()
+    assert len(seen) == 1 and len(fake) == 4          # the general path's launches
+
+
+@pytest.mark.parametrize("name", ["fmha 1x2x16x64 causal", "fmha_kvcache 1x1x32:8 x256",
+                                  "fmha_varlen 2 seqs (16, 24) x2x64 causal",
+                                  "fmha fwd+bwd 1x2x16x64 causal"])
+def test_the_prepared_paths_explain_a_compile_error(fake, monkeypatch, name):
+    """A launch on a prepared path can still compile (a new specialisation): its cuTile
+    compile error comes with the set-up diagnosis, as on the general path; another
+    error passes as it is."""
+    import cuda.tile as ct
+
+    from spak.device import env as gpu_env
+    fn = hc.cases()[name]
+    fn()
+    fn()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(gpu_env, "explain", lambda exc, arch: ValueError(f"explained {arch}"))
+
+    monkeypatch.setattr(api, "device_arch", lambda device: "sm_90")
+    real = ct.launch
+    for error, raised in ((RuntimeError("failed to compile Tile IR program"), ValueError),
+                          (ZeroDivisionError(), ZeroDivisionError)):
+        def fail(stream, grid, kernel, args, error=error):
+            # the backward's launches only, in the training case (its forward is api's)
+            if "bwd" in name and "bwd" not in kernel._annotated_function.pyfunc.__name__:
+                return real(stream, grid, kernel, args)
+            raise error
+        monkeypatch.setattr(ct, "launch", fail)
+        with pytest.raises(raised) as got:
+            fn()
+        assert raised is not ValueError or "explained sm_90" in str(got.value)
+
+
 def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
     """device_calls is not blind: one more torch.empty on the path is one more alloc."""
     fn = hc.cases()["fmha_kvcache 1x1x32:8 x256"]
     fn()
     base = hc.device_calls(fn)
     from spak import kvcache as kvc
-    real = kvc.launch_templates
-    monkeypatch.setattr(kvc, "launch_templates", lambda device, t, work, tensors: real(
-        device, t, work + [torch.empty(4)], tensors))
+    real = kvc.Prepared.launch
+    monkeypatch.setattr(kvc.Prepared, "launch", lambda self, tensors: real(
+        self, tensors + (torch.empty(4),)))
     got = hc.device_calls(fn)
     assert got["alloc"] == base["alloc"] + 1 and got["launch"] == base["launch"]
     assert base["gpu_us"] > 0 and got["gpu_us"] > base["gpu_us"]
@@ -98,10 +173,11 @@ def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
 
 @pytest.mark.parametrize("case,launches", [
     ("1x32:8x256x64/noncausal/fp16", 1),                 # short cache: one split
+    ("2x8:2x64x64/causal/page16/lens=64:37/fp16", 1),     # paged: the block table bound
     ("2x8:2x600x64/noncausal/lens=600:77/fp16", 2)])     # split + combine, one workspace
 def test_kvcache_gives_the_simulators_bits(cpu_launch, monkeypatch, case, launches):
-    """spak.fmha_kvcache (first call and memoised call, its workspaces views of one
-    buffer, the one-split plan's dummies kept) gives the bits of gpu.plan_decode's plan
+    """spak.fmha_kvcache (first call and memoised calls, its workspaces views of one
+    buffer, the one-split plan's dummies kept and its launch Prepared) gives the bits of gpu.plan_decode's plan
     run by the simulator on numpy arrays (`spak sim`'s path), and meets the float64 gate."""
     import numpy as np
 
@@ -118,12 +194,16 @@ def test_kvcache_gives_the_simulators_bits(cpu_launch, monkeypatch, case, launch
     seen = []
     real = ct.launch
     monkeypatch.setattr(ct, "launch", lambda s, g, k, a: seen.append(k) or real(s, g, k, a))
-    outs = [spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"])
-            for _ in range(2)]
-    assert len(seen) == 2 * launches
+    from spak import kvcache as kvc
+    monkeypatch.setattr(kvc, "_READY", {})
+    outs = [spak.fmha_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                              block_table=t.get("block_table"), is_causal=p.causal)
+            for _ in range(3)]
+    assert len(seen) == 3 * launches
+    assert len(kvc._READY) == (launches == 1)        # one split: the Prepared launch
     out_np = np.zeros(outs[0].shape, dtype=np.float16)
     for L in plan_decode(x["q"], x["k_cache"], x["v_cache"], x["cache_seqlens"], out_np,
-                         num_sms=132):
+                         block_table=x.get("block_table"), causal=p.causal, num_sms=132):
         sim.launch(L.kernel, L.grid, [sim.SimArray(a) if isinstance(a, np.ndarray) else a
                                       for a in L.args])
     ref = FAMILY.reference(p, x)["out"]
@@ -163,6 +243,38 @@ def test_host_cost_bench_train_diag_rows_run(fake):
     res = mod.run_eager(torch, rows, 2, sync=lambda: None)
     assert all(isinstance(v, float) and v > 0 for v in res.values()), res
     assert os.sched_getaffinity(0) == mask
+
+
+def test_host_cost_bench_ab_rows_run_and_restore_the_switches(fake):
+    """--ab's rows (issue 34e) run on CPU tensors: every SPAK row times (SDPA's pinned
+    backends, the sample and CAI objects need a GPU), the old path's switches and
+    autograd's multithreading and switch interval are restored, and the old-path rows
+    run the old path (no Prepared made while the switch is off)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from spak import bwd_ready, kvcache, varlen
+    path = Path(__file__).resolve().parents[1] / "tools" / "host_cost_bench.py"
+    spec = importlib.util.spec_from_file_location("host_cost_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    interval = sys.getswitchinterval()
+    rows = mod.ab_rows(torch, torch.device("cpu"))
+    old = {k: v for k, v in rows.items() if "old path" in k}
+    assert len(old) == 4
+    kvcache._READY.clear()
+    varlen._READY.clear()
+    mod.run_eager(torch, {k: v for k, v in old.items() if "varlen" in k}, 2,
+                  sync=lambda: None)
+    assert not varlen._READY
+    res = mod.run_eager(torch, rows, 2, sync=lambda: None)
+    spak_rows = [k for k in res if "| spak" in k or "floor: Prepared.launch alone" in k]
+    assert len(spak_rows) >= 12
+    assert all(isinstance(res[k], float) and res[k] > 0 for k in spak_rows), res
+    assert kvcache.PREPARED and varlen.PREPARED and bwd_ready.ENABLED
+    assert sys.getswitchinterval() == interval
+    assert torch.autograd.is_multithreading_enabled()
 
 
 def test_the_count_sees_one_more_op(fake, monkeypatch):

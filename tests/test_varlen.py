@@ -293,6 +293,40 @@ def test_fmha_varlen_whole_tiles_end_to_end_on_the_simulator(cpu_launch, causal)
     assert torch.equal(out, again)
 
 
+def test_fmha_varlen_prepared_launch_on_the_simulator(cpu_launch, monkeypatch):
+    """Issue 34: a memoised call (no tiles dict) keeps its launch bound but for the tensors
+    (kvcache.Prepared); calls through it give the general path's bits on fresh inputs and
+    meet the float64 gate; int64 offsets are converted on it too."""
+    import spak
+    import spak.kvcache as kvc
+    import spak.varlen as vl
+    monkeypatch.setenv("SPAK_TUNED_CONFIGS", "/nonexistent/none.json")     # defaults
+    monkeypatch.setattr(vl, "_READY", {})
+    import spak.api as api
+    monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", "NVIDIA H100 80GB HBM3"))
+    seen = []
+    real = kvc.Prepared.launch
+    monkeypatch.setattr(kvc.Prepared, "launch",
+                        lambda self, tensors: seen.append(1) or real(self, tensors))
+    for seed, idx in ((7, torch.int32), (8, torch.int32), (9, torch.int64)):
+        x = _packed([9, 0, 1, 20], [12, 4, 0, 20], 4, 2, 32, seed=seed)
+        t = {k: torch.from_numpy(v) for k, v in x.items()}
+        args = (t["q"], t["k"], t["v"], t["cu_seqlens_q"].to(idx), t["cu_seqlens_k"].to(idx),
+                20, 20)
+        monkeypatch.setattr(vl, "PREPARED", False)
+        general = spak.fmha_varlen(*args, is_causal=True)
+        monkeypatch.setattr(vl, "PREPARED", True)
+        n = len(seen)
+        outs = [spak.fmha_varlen(*args, is_causal=True) for _ in range(2)]
+        # a new key: the second call takes the Prepared the first made; a known one: both
+        assert len(seen) == n + (2 if seed == 8 else 1)
+        ref = varlen_attention_f64(x["q"], x["k"], x["v"], x["cu_seqlens_q"],
+                                   x["cu_seqlens_k"], causal=True)
+        for out in outs:
+            assert torch.isfinite(out).all() and rel_l2(out.numpy(), ref) <= 1e-3
+            assert torch.equal(out, general)
+
+
 def test_fmha_kvcache_end_to_end_on_the_simulator(cpu_launch):
     """The API's launch templates, workspaces and the combine's view of them (several
     splits), paged: the path a GPU call takes, run on the CPU."""

@@ -111,6 +111,202 @@ def eager_rows(torch, dev):
     return r, (q1, k1, v1)
 
 
+def _toggled(flags):
+    """("with", context factory): the row runs with each (module, attribute) set to its
+    value (SPAK's old path for the A/B: kvcache/varlen PREPARED, bwd_ready.ENABLED)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        saved = [(m, a, getattr(m, a)) for m, a, _ in flags]
+        try:
+            for m, a, v in flags:
+                setattr(m, a, v)
+            yield
+        finally:
+            for m, a, v in saved:
+                setattr(m, a, v)
+    return ctx
+
+
+def _with(ctx, fn):
+    return ("with", ctx, fn)
+
+
+def ab_rows(torch, dev):
+    """--ab (issue 34e): the four calls, SPAK's new path and its old one (switched off in
+    this process: kvcache/varlen PREPARED, spak.bwd_ready.ENABLED) beside SDPA's backends
+    and NVIDIA's sample (spak.fmha's problem); the training step also with autograd's
+    multithreading off (the backward on the calling thread), with sys.setswitchinterval
+    1e-6 and 1.0, and pinned to one CPU; decode's Prepared launch with its never-read
+    arguments as cached __cuda_array_interface__ objects (would that cut the launch?)."""
+    import sys as _sys
+
+    import spak
+    from spak import bwd_ready, kvcache, varlen
+    F = torch.nn.functional
+    old = _toggled([(kvcache, "PREPARED", False), (varlen, "PREPARED", False),
+                    (bwd_ready, "ENABLED", False)])
+    r = {}
+    q1, k1, v1 = (_rand(torch, dev, 1, 2, 16, 64) for _ in range(3))
+    r["fmha 1x2x16x64 causal | spak"] = lambda: spak.fmha(q1, k1, v1, is_causal=True)
+    r.update(_sdpa_rows(torch, F, "fmha 1x2x16x64 causal",
+                        lambda: F.scaled_dot_product_attention(q1, k1, v1, is_causal=True)))
+    r["fmha 1x2x16x64 causal | NVIDIA sample (+ torch.empty(out))"] = _sample_row(
+        torch, q1, k1, v1)
+    qg, kg, vg = (_rand(torch, dev, 1, 2, 16, 64, grad=True) for _ in range(3))
+    do = _rand(torch, dev, 1, 2, 16, 64)
+
+    def step():
+        spak.fmha(qg, kg, vg, is_causal=True).backward(do)
+
+    def sdpa_step():
+        F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(do)
+    t = "fwd+bwd 1x2x16x64 causal"
+    r[f"{t} | spak"] = step
+    r[f"{t} | spak old path (SPAK_BWD_READY=0)"] = _with(old, step)
+    r.update(_sdpa_rows(torch, F, t, sdpa_step))
+    no_mt = lambda: torch.autograd.set_multithreading_enabled(False)   # noqa: E731
+    r[f"{t} | spak, autograd multithreading off"] = _with(no_mt, step)
+    r[f"{t} | spak old path, autograd multithreading off"] = _with(
+        lambda: _both(no_mt(), old()), step)
+    r[f"{t} | SDPA default, autograd multithreading off"] = _with(no_mt, sdpa_step)
+    for si in (1e-6, 1.0):
+        r[f"{t} | spak, sys.setswitchinterval({si})"] = _with(_switch(_sys, si), step)
+    cpus = _cpus()
+    if cpus:
+        r[f"{t} | spak pinned to one CPU"] = _pinned(torch, cpus[-1], step, qg, do)
+        r[f"{t} | SDPA default pinned to one CPU"] = _pinned(torch, cpus[-1], sdpa_step,
+                                                             qg, do)
+    r.update(_decode_ab(torch, dev, spak, F, old))
+    qv, kv, vv = (_rand(torch, dev, 40, 2, 64) for _ in range(3))
+    cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=dev)
+
+    def vl():
+        spak.fmha_varlen(qv, kv, vv, cu, cu, 24, 24, is_causal=True)
+    t = "varlen 2 seqs (16, 24) x2x64 causal"
+    r[f"{t} | spak"] = vl
+    r[f"{t} | spak old path (SPAK_PREPARED=0)"] = _with(old, vl)
+    qp, kp, vp = (_rand(torch, dev, 2, 2, 24, 64) for _ in range(3))
+    r.update(_sdpa_rows(torch, F, f"{t} (SDPA: padded 2x2x24)",
+                        lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)))
+    # the first row again: does the process's first timed row pay for a cold GPU or CPU?
+    r["fmha 1x2x16x64 causal | spak (again, last)"] = r["fmha 1x2x16x64 causal | spak"]
+    return r
+
+
+def _decode_ab(torch, dev, spak, F, old):
+    """kvcache rows of --ab: new, old, SDPA, and the Prepared launch alone (torch tensors;
+    the never-read dummies as one cached CAI object)."""
+    from spak import kvcache
+    r = {}
+    qd = _rand(torch, dev, 1, 1, 32, 64)
+    kc, vc = (_rand(torch, dev, 1, 256, 8, 64) for _ in range(2))
+    lens = torch.tensor([256], dtype=torch.int32, device=dev)
+    t = "kvcache 1x1x32:8 x256"
+
+    def dec():
+        spak.fmha_kvcache(qd, kc, vc, lens)
+    r[f"{t} | spak"] = dec
+    r[f"{t} | spak old path (SPAK_PREPARED=0)"] = _with(old, dec)
+    qs, ks, vs = qd.transpose(1, 2).contiguous(), *(x.transpose(1, 2).contiguous()
+                                                    for x in (kc, vc))
+    r.update(_sdpa_rows(torch, F, t, lambda: F.scaled_dot_product_attention(
+        qs, ks, vs, enable_gqa=True)))
+    try:
+        dec()
+        dec()
+    except Exception:                   # noqa: BLE001 -- the rows above say why
+        return r
+    ready = list(kvcache._READY.values())
+    if ready:
+        p = ready[-1]
+        out = torch.empty(p.shape, dtype=p.dtype, device=dev)
+        tensors = (qd, kc, vc, lens, out, None)
+        r[f"{t} | floor: Prepared.launch alone (out ready)"] = lambda: p.launch(tensors)
+        one, former = _one_split_launches(p, tensors)
+        r[f"{t} | floor: ct.launch(decode_one_kernel, prepared args: 6 tensors)"] = one
+        r[f"{t} | floor: ct.launch(the former one-split form, 9 tensors)"] = former
+        # would cached __cuda_array_interface__ objects for the tensors a decode loop
+        # passes unchanged every step (the caches, the lengths) cut the launch? all six?
+        try:
+            kc_, vc_, lens_ = _CAI(kc), _CAI(vc), _CAI(lens)
+            some = (qd, kc_, vc_, lens_, out, None)
+            every = (_CAI(qd), kc_, vc_, lens_, _CAI(out), None)
+            r[f"{t} | floor: Prepared.launch, caches + lens as cached CAI"] = \
+                lambda: p.launch(some)
+            r[f"{t} | floor: Prepared.launch, all tensors as cached CAI"] = \
+                lambda: p.launch(every)
+        except Exception as exc:        # noqa: BLE001 -- the row says why (CPU: no CAI)
+            r[f"{t} | floor: Prepared.launch as CAI"] = lambda exc=exc: (
+                _ for _ in ()).throw(exc)
+    return r
+
+
+def _one_split_launches(p, tensors):
+    """(ct.launch of decode_one_kernel with its arguments ready, the same of the form it
+    replaced (issue 34e): decode_split_kernel with SPLIT False and three never-read
+    (1, 1, 1, 1) workspaces): the A/B of the kernel change, 6 tensor arguments against 9."""
+    import cuda.tile as ct
+
+    import spak.gpu.launch as gl
+    from spak.gpu.kernels import decode as dk
+    (kernel, grid, get), = p.launches
+    a = get(tensors + p.consts)
+    d = gl.dummy_mask(tensors[0])[0]
+    args = a[:6] + (d, d, d) + a[6:14] + (False,) + a[14:]
+    stream = gl.current_raw_stream(p.dev)
+    return (lambda: ct.launch(stream, grid, kernel, a),
+            lambda: ct.launch(stream, grid, dk.decode_split_kernel, args))
+
+
+def _both(a, b):
+    import contextlib
+    stack = contextlib.ExitStack()
+    stack.enter_context(a)
+    stack.enter_context(b)
+    return stack
+
+
+def _switch(sys_mod, interval):
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        was = sys_mod.getswitchinterval()
+        sys_mod.setswitchinterval(interval)
+        try:
+            yield
+        finally:
+            sys_mod.setswitchinterval(was)
+    return ctx
+
+
+def _cpus():
+    import os
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def _sample_row(torch, q, k, v):
+    """NVIDIA's cuTile FMHA sample's eager call on spak.fmha's problem (its own 64x64
+    tiles; an output allocated per call as a user's would be), or a row saying why not."""
+    import cuda.tile as ct
+
+    from spak.device import peers
+    path = peers.peers_dir() / "samples" / "AttentionFMHA.py"
+    try:
+        if not path.is_file():
+            raise FileNotFoundError(str(path))
+        mod = peers._load_sample(path)
+    except Exception as exc:            # noqa: BLE001 -- the row says why
+        return lambda exc=exc: (_ for _ in ()).throw(exc)
+    B, H, S, D = q.shape
+    grid = (math.ceil(S / 64), B * H, 1)
+    tail = (1.0 / math.sqrt(D), 0, D, H, 64, 64, 1, True, S % 64 == 0)
+    return lambda: ct.launch(torch.cuda.current_stream(), grid, mod.fmha_kernel,
+                             (q, k, v, torch.empty_like(q)) + tail)
+
+
 def train_diag_rows(torch, dev):
     """--train-diag (issue 34d): where the training step's host time goes beyond the
     forward (32.6 us) and the backward's body (64.1 us) on an H200, where the step costs
@@ -298,6 +494,9 @@ def run_eager(torch, rows, n, sync=None):
         try:
             if isinstance(fn, tuple) and fn[0] == "pinned":
                 us = _pinned_us(fn[1], min(n, PINNED_STEPS), sync)
+            elif isinstance(fn, tuple) and fn[0] == "with":
+                with fn[1]():
+                    us = eager_us(fn[2], n, sync)
             elif isinstance(fn, tuple):
                 call, be = fn
                 if be is None:
@@ -335,14 +534,18 @@ def main(argv=None) -> int:
                     help="then the changed paths' GPU checks (gpu_checks)")
     ap.add_argument("--train-diag", action="store_true",
                     help="only the training step's diagnosis rows (train_diag_rows)")
+    ap.add_argument("--ab", action="store_true",
+                    help="only the A/B rows of issue 34e (ab_rows) and the floor rows")
+    ap.add_argument("--check-only", action="store_true", help="only gpu_checks")
     args = ap.parse_args(argv)
     import torch
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.dry_run and args.train_diag:        # the diagnosis rows' logic, CPU tensors
+    if args.dry_run and (args.train_diag or args.ab):   # the rows' logic, CPU tensors
         from spak.cpu import host_cost as hc
+        rows = train_diag_rows if args.train_diag else ab_rows
         with hc.fake_cuda():
-            res = run_eager(torch, train_diag_rows(torch, torch.device("cpu")), args.n,
+            res = run_eager(torch, rows(torch, torch.device("cpu")), args.n,
                             sync=lambda: None)
         print(json.dumps(res, indent=1))
         return 0
@@ -362,10 +565,20 @@ def main(argv=None) -> int:
         eager.update(run_eager(torch, train_diag_rows(torch, dev), args.n))
         write(out, meta, eager, bench)
         return 0
+    if args.check_only:
+        bench.update(gpu_checks(torch, dev))
+        write(out, meta, eager, bench)
+        return 0
     try:
-        rows, qkv = eager_rows(torch, dev)
-        eager.update(run_eager(torch, rows, args.n))
-        eager.update(run_eager(torch, floor_rows(torch, dev, *qkv), args.n))
+        if args.ab:
+            q1 = [_rand(torch, dev, 1, 2, 16, 64) for _ in range(3)]
+            eager.update(run_eager(torch, ab_rows(torch, dev), args.n))
+            write(out, meta, eager, bench)
+            eager.update(run_eager(torch, floor_rows(torch, dev, *q1), args.n))
+        else:
+            rows, qkv = eager_rows(torch, dev)
+            eager.update(run_eager(torch, rows, args.n))
+            eager.update(run_eager(torch, floor_rows(torch, dev, *qkv), args.n))
     except Exception:
         traceback.print_exc()
     # spak.fmha vs NVIDIA's sample under do_bench is the harness's job: `spak run --family
@@ -425,16 +638,25 @@ def gpu_checks(torch, dev) -> dict:
         qkv = [torch.randn(1, 2, 16, 64, device=dev, generator=g).half().requires_grad_()
                for _ in range(3)]
         dout = torch.randn(1, 2, 16, 64, device=dev, generator=g).half()
-        for _ in range(2):                      # the second step takes the cached recipe
-            for t in qkv:
-                t.grad = None
-            spak.fmha(*qkv, is_causal=True).backward(dout)
         ref = [t.detach().double().requires_grad_() for t in qkv]
         torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True).backward(
             dout.double())
-        res[name] = {n: round(float((t.grad.double() - r.grad).norm() / r.grad.norm()), 6)
-                     for n, t, r in zip("qkv", qkv, ref)}
-        res[name]["pass"] = all(v <= gate for v in res[name].values())
+        res[name] = {}
+        # step 1 the general backward (it makes spak.bwd_ready's launcher), step 2 the
+        # prepared one, step 3 the prepared one with the workspace it kept
+        for step in range(3):
+            for t in qkv:
+                t.grad = None
+            spak.fmha(*qkv, is_causal=True).backward(dout)
+            res[name].update({f"{n}{step + 1}": round(float(
+                (t.grad.double() - r.grad).norm() / r.grad.norm()), 6)
+                for n, t, r in zip("qkv", qkv, ref)})
+            if step == 0:
+                first = [t.grad.clone() for t in qkv]
+        res[name]["same bits, steps 1 and 3"] = all(
+            torch.equal(a, t.grad) for a, t in zip(first, qkv))
+        res[name]["pass"] = all(v <= gate for k, v in res[name].items()
+                                if k[0] in "qkv") and res[name]["same bits, steps 1 and 3"]
     except Exception as exc:
         res[name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
     print(f"  {name:<58} {res[name]}", flush=True)
@@ -448,15 +670,39 @@ def gpu_checks(torch, dev) -> dict:
             try:
                 def fn():
                     return spak.fmha_kvcache(q, kc, vc, lens, num_splits=splits)
-                out = fn()
-                err = float((out.double() - ref).norm() / ref.norm())
+                outs = [fn() for _ in range(3)]     # the third: kvcache.Prepared (1 split)
+                err = max(float((o.double() - ref).norm() / ref.norm()) for o in outs)
                 res[name] = {"rel_l2_vs_f64": round(err, 6), "pass": bool(
-                    torch.isfinite(out).all()) and err <= gate,
+                    all(torch.isfinite(o).all() for o in outs)) and err <= gate and all(
+                    torch.equal(o, outs[0]) for o in outs),
                     "gpu_us_graph": round(graph_us(torch, fn), 2)}
             except Exception as exc:
                 res[name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
             print(f"  {name:<58} {res[name]}", flush=True)
+    res.update(_varlen_check(torch, dev, g, gate))
     return res
+
+
+def _varlen_check(torch, dev, g, gate) -> dict:
+    """spak.fmha_varlen (2 sequences, 16 and 24 rows, causal) against float64 per
+    sequence, three calls (the third through kvcache.Prepared), the bits equal."""
+    import spak
+    name = "check | varlen 2 seqs (16, 24) x2x64 causal vs float64"
+    try:
+        q, k, v = (torch.randn(40, 2, 64, device=dev, generator=g).half() for _ in range(3))
+        cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=dev)
+        outs = [spak.fmha_varlen(q, k, v, cu, cu, 24, 24, is_causal=True) for _ in range(3)]
+        F = torch.nn.functional
+        ref = torch.cat([F.scaled_dot_product_attention(
+            *(t[a:b].double().transpose(0, 1)[None] for t in (q, k, v)),
+            is_causal=True)[0].transpose(0, 1) for a, b in ((0, 16), (16, 40))])
+        err = max(float((o.double() - ref).norm() / ref.norm()) for o in outs)
+        ok = all(torch.isfinite(o).all() and torch.equal(o, outs[0]) for o in outs)
+        res = {"rel_l2_vs_f64": round(err, 6), "pass": bool(ok) and err <= gate}
+    except Exception as exc:
+        res = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+    print(f"  {name:<58} {res}", flush=True)
+    return {name: res}
 
 
 def _decode_ref(torch, q, kc, vc, n):

@@ -87,6 +87,36 @@ def decode_split_kernel(Q, K, V, Lens, BT, Out, Acc, Mx, Lx,
                         KT_FORM: ConstInt = 0,  # 0 rows in M; 1, 2 keys in M (KT_FORMS)
                         LAT: ConstInt = 0,      # DRAM latency hint of K/V loads; 0 none
                         AHEAD: ConstBool = False):  # paged: page ids one tile ahead
+    _decode_block(Q, K, V, Lens, BT, Out, Acc, Mx, Lx, scale, HEAD_DIM, HEAD_DIM_V, SQ_T,
+                  GT, TILE_N, PAGE, PAGE_MODE, SPLIT, CAUSAL, PAD, KT_FORM, LAT, AHEAD)
+
+
+@ct.kernel
+def decode_one_kernel(Q, K, V, Lens, BT, Out,
+                      scale: float,
+                      HEAD_DIM: ConstInt,
+                      HEAD_DIM_V: ConstInt,
+                      SQ_T: ConstInt,
+                      GT: ConstInt,
+                      TILE_N: ConstInt,
+                      PAGE: ConstInt,
+                      PAGE_MODE: ConstInt,
+                      CAUSAL: ConstBool,
+                      PAD: ConstBool,
+                      KT_FORM: ConstInt = 0,
+                      LAT: ConstInt = 0,
+                      AHEAD: ConstBool = False):
+    """decode_split_kernel with one split (SPLIT False: acc / l into Out), without the
+    never-read workspace arguments: each array argument of a launch costs ~1.3 us of host
+    time (DLPack), and a short cache's decode call is host-bound (issue 34). The same
+    block, the same bits. Out stands in for the workspaces the dead SPLIT branch names."""
+    _decode_block(Q, K, V, Lens, BT, Out, Out, Out, Out, scale, HEAD_DIM, HEAD_DIM_V, SQ_T,
+                  GT, TILE_N, PAGE, PAGE_MODE, False, CAUSAL, PAD, KT_FORM, LAT, AHEAD)
+
+
+def _decode_block(Q, K, V, Lens, BT, Out, Acc, Mx, Lx, scale, HEAD_DIM, HEAD_DIM_V, SQ_T, GT,
+                  TILE_N, PAGE, PAGE_MODE, SPLIT, CAUSAL, PAD, KT_FORM, LAT, AHEAD):
+    """One block of the split kernel (see decode_split_kernel's parameters)."""
     t, qt, kv_h, h0, nh = _tile_coords(ct.bid(0), Q.shape[2], K.shape[2], GT, PAD)
     split = ct.bid(1)
     b = ct.bid(2)

@@ -92,14 +92,16 @@ def fake_cuda():
     patches = [(torch.cuda, name, val) for name, val in cuda.items()]
     patches += [(torch._C, "_cuda_getCurrentRawStream", _counted(lambda device: 0, "raw_getter")),
                 (torch._C, "_cuda_getDevice", _counted(lambda: None, "raw_getter")),
+                (torch._C, "_cuda_isCurrentStreamCapturing",
+                 _counted(lambda: False, "raw_getter")),
                 (ct, "launch", _launch)]
     patches += [(mod, "check_devices", check_devices) for mod in (api, kvc, _varlen(), tc)]
     saved = [(obj, name, getattr(obj, name, _MISSING)) for obj, name, _ in patches]
-    caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear]
+    caches = [api._device_info.cache_clear, kvc._num_sms.cache_clear, _bwd_ready().clear]
     caches += [getattr(mod, name).clear for mod, names in (
         (api, ("_VALIDATED", "_lookup_cache", "_READY")),
-        (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED")),
-        (_varlen(), ("_PLANS", "_VALIDATED"))) for name in names if hasattr(mod, name)]
+        (gl, ("_FUSED_PLANS", "_BWD_PLANS", "_DUMMIES")), (kvc, ("_PLANS", "_VALIDATED", "_READY")),
+        (_varlen(), ("_PLANS", "_VALIDATED", "_READY"))) for name in names if hasattr(mod, name)]
     try:
         for obj, name, val in patches:
             setattr(obj, name, val)
@@ -120,6 +122,11 @@ def fake_cuda():
 _MISSING = object()
 
 
+def _bwd_ready():
+    import spak.bwd_ready as bwd_ready
+    return bwd_ready
+
+
 def _varlen():
     import spak.varlen as varlen
     return varlen
@@ -129,13 +136,17 @@ def _varlen():
 _PREFIXES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
 
 
-def count_calls(fn, *, where=_ROOT) -> int:
+def count_calls(fn, *, where=_ROOT, inside=None) -> int:
     """Calls made by code under ``where`` (the repository) while ``fn()`` runs: each call
     of a Python or C function whose caller is a frame of a file under ``where``.
     Comprehension frames are not counted themselves (Python 3.12 inlines them); the calls
-    made inside them are."""
+    made inside them are. inside: a code object (api._Train.backward's): count only while
+    a frame of it runs (the Python the autograd engine's thread runs for spak.fmha)."""
     count = 0
     ours: dict = {}
+    if inside is not None:
+        active = [0]
+        counter = _count_inside(inside, active)
 
     def mine(code):
         m = ours.get(code)
@@ -148,6 +159,8 @@ def count_calls(fn, *, where=_ROOT) -> int:
 
     def prof(frame, event, arg):
         nonlocal count
+        if inside is not None and not counter(frame, event):
+            return
         if event == "call":
             back = frame.f_back
             if (back is not None and mine(back.f_code)
@@ -157,6 +170,20 @@ def count_calls(fn, *, where=_ROOT) -> int:
             count += 1
     _profiled(fn, prof)
     return count
+
+
+def _count_inside(code, active):
+    """A profile filter: True while a frame of ``code`` is on the stack (active[0] > 0);
+    the frame's own call is not counted, the calls it makes are."""
+    def counter(frame, event):
+        if frame.f_code is code:
+            if event == "call":
+                active[0] += 1
+                return False
+            if event == "return":
+                active[0] -= 1
+        return active[0] > 0
+    return counter
 
 
 def _profiled(fn, prof) -> None:

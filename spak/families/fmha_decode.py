@@ -527,7 +527,8 @@ class FmhaDecode(KernelFamily):
         """Every kernel of the family for (arch, dtype, head_dim, causal): split and combine
         on a contiguous cache (GQA 4:1, decode: whole head tiles) and on a 16-key paged one
         (a group of 7 over one kv head, 4 queries: a padded head tile of 8, several pages a
-        tile), and the varlen kernel. One result, its kernels listed."""
+        tile), the varlen kernel, and the one-split kernel (a short cache's plan). One
+        result, its kernels listed."""
         from spak.gpu.compile_decode import compile_decode_variant
         common = dict(arch=item["arch"], dtype=item["dtype"], head_dim=item["head_dim"],
                       causal=item["causal"],
@@ -535,13 +536,14 @@ class FmhaDecode(KernelFamily):
                       hints=item.get("hints"))
         parts = [compile_decode_variant(**common),
                  compile_decode_variant(**common, page=16, seq_q=4, heads=(7, 1)),
-                 compile_decode_variant(**{**common, "tiles": None}, kernel="varlen")]
+                 compile_decode_variant(**{**common, "tiles": None}, kernel="varlen"),
+                 compile_decode_variant(**common, splits=1)]      # the one-split kernel
         bad = [r["error"] for r in parts if not r["ok"]]
         return {"ok": not bad, "error": bad[0] if bad else None,
                 "seconds": sum(r["seconds"] for r in parts),
                 "cubin_bytes": sum(r["cubin_bytes"] for r in parts),
                 "kernels": [dict(k, name=f"{k['name']}{sfx}") for r, sfx in
-                            zip(parts, ("", "/page16", "")) for k in r["kernels"]],
+                            zip(parts, ("", "/page16", "", "/one")) for k in r["kernels"]],
                 "tiles": parts[0]["tiles"] or {}}
 
 
