@@ -92,8 +92,9 @@ class Queue:
             return True
         items = session.items
         cur, pos = self._next(items, 0)
-        while cur is not None:
+        while cur is not None and time.time() < self.deadline:
             # claim the next one before running this one: pytest tears fixtures down by it
+            # (one claimed id may stay unrun at the deadline: no row, NOT-RUN in the join)
             nxt, pos = self._next(items, pos)
             cur.config.hook.pytest_runtest_protocol(item=cur, nextitem=nxt)
             if session.shouldfail or session.shouldstop:

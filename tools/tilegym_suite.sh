@@ -12,7 +12,7 @@
 #   GPUS="0 1 2 3" P=6     GPU processes: P per GPU (cuTile's JIT compile is CPU-bound, ~6 s a
 #                  test; GPU memory is plentiful); CUTILE_MAX_LAUNCH_TIMEOUT_SEC=60 so
 #                  autotune's 5 s watchdog does not fail configs on a loaded host
-#   CPU_SHARDS=36  interpreter-mode processes (NUMBA/OMP/MKL threads 1 each);
+#   CPU_SHARDS=34  interpreter-mode processes (NUMBA/OMP/MKL threads 1 each);
 #                  SPAK_SIM_TEST_TIMEOUT=120 per test (ci/tilegym.sh's bound); CUPTI=0
 #                  (TileGym's switch: perf tests time with CUDA events, not the profiler)
 #   DRY=1          try the plumbing on a CPU machine: 4 ids, 2+2 processes, the "GPU side"
@@ -40,7 +40,7 @@ W=$(mktemp -d)
 mkdir -p "$OUT" "$W/logs"
 GPUS=${GPUS:-"0 1 2 3"}
 P=${P:-6}
-CPU_SHARDS=${CPU_SHARDS:-36}
+CPU_SHARDS=${CPU_SHARDS:-34}
 CPU_TIMEOUT=${SPAK_SIM_TEST_TIMEOUT:-120}
 left() { echo $((END - $(date +%s))); }
 archive() { tar -C "$W" -czf "$OUT/i37.tar.gz" . 2>/dev/null; echo "i37: archive $OUT/i37.tar.gz ($(( $(date +%s) - T0 )) s)"; }
