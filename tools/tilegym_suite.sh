@@ -12,7 +12,8 @@
 #   GPUS="0 1 2 3" P=7     GPU processes: P per GPU (cuTile's JIT compile is CPU-bound, ~6 s a
 #                  test; GPU memory is plentiful); CUTILE_MAX_LAUNCH_TIMEOUT_SEC=60 so
 #                  autotune's 5 s watchdog does not fail configs on a loaded host
-#   CPU_SHARDS=30  interpreter-mode processes (NUMBA/OMP/MKL threads 1 each);
+#   CPU_SHARDS=30  interpreter-mode processes (default: nproc - 4 - GPU processes, at most 30;
+#                  NUMBA/OMP/MKL threads 1 each);
 #                  SPAK_SIM_TEST_TIMEOUT=120 per test (ci/tilegym.sh's bound); CUPTI=0
 #                  (TileGym's switch: perf tests time with CUDA events, not the profiler)
 #   DRY=1          try the plumbing on a CPU machine: 4 ids, 2+2 processes, the "GPU side"
@@ -21,10 +22,15 @@
 #   IDS=FILE       run these ids (one a line) instead of the collected cutile set
 # Work distribution: tools/pytest_queue.py (one ordered list shared as a queue by every process
 # of a side: an id runs once, where a process is free; finished ids form a prefix of the list).
-# Order (tools/tilegym_compare.py order): ids that passed on the GPU and the CPU before, the
-# rest of the CPU sample that passed, CI's subset, the other correctness tests, then test_perf
+# Order (tools/tilegym_compare.py order): ids that passed on the GPU before (H200 run), the
+# rest of the CPU sample that passed or skipped, CI's subset, the other correctness tests, then test_perf
 # (full-size benchmarks: 0 of 7 finished on a CPU in 60-90 s). Both sides use the same order, so
 # the CPU's finished prefix is the first part of what the GPU finished.
+# Estimate (why P=7, 30 shards on 64 cores): GPU 1223 ids x ~8.3 s (H200 2026-11-28: 65 ids,
+# 539 s of test time, 5.75 s a test for the first 40, 70 s the longest) = ~10,200 s over 28
+# processes = ~365 s of the ~395 s window; CPU ~655 correctness ids x ~10 s (this shared 2-core
+# CPU, one thread: 10 random unsampled ids 89 s, median 0.7 s, max 73 s) = ~6,600 s over 30
+# = ~220 s, then test_perf (most run past 120 s on a CPU). ~23,000 CPU-s of 30,700.
 # Output: $OUT/i37.tar.gz: ids.txt (the order), gpu_*.tsv / cpu_*.tsv (outcome, seconds, id,
 # reason per finished test), junit_{gpu,cpu}_*.xml, logs, probe.txt, join.txt (counts, ratio,
 # reasons), join.tsv (per id). stdout: the counts.
@@ -40,7 +46,9 @@ W=$(mktemp -d)
 mkdir -p "$OUT" "$W/logs"
 GPUS=${GPUS:-"0 1 2 3"}
 P=${P:-7}
-CPU_SHARDS=${CPU_SHARDS:-30}
+ng=0; for g in $GPUS; do ng=$((ng + 1)); done
+# by default the cores the GPU processes leave (4 spare), at most 30
+CPU_SHARDS=${CPU_SHARDS:-$(n=$(( $(nproc) - ng * P - 4 )); (( n > 30 )) && n=30; (( n < 2 )) && n=2; echo $n)}
 CPU_TIMEOUT=${SPAK_SIM_TEST_TIMEOUT:-120}
 left() { echo $((END - $(date +%s))); }
 archive() { tar -C "$W" -czf "$OUT/i37.tar.gz" . 2>/dev/null; echo "i37: archive $OUT/i37.tar.gz ($(( $(date +%s) - T0 )) s)"; }
@@ -108,7 +116,6 @@ echo "i37: $(wc -l < "$W/ids.txt") cutile ids; GPUs [$GPUS] x P=$P; CPU shards $
 # 2. both sides at once; no test starts after END-40, SIGINT at END-25, SIGKILL 10 s later
 export PYTEST_QUEUE_IDS=$W/ids.txt PYTEST_QUEUE_DEADLINE=$((END - 40))
 stop=$(( $(left) - 25 ))
-ng=0; for g in $GPUS; do ng=$((ng + 1)); done
 k=0
 for ((r = 0; r < P; r++)); do
   for g in $GPUS; do
