@@ -49,6 +49,9 @@ cd "$tg"
 export PYTHONPATH=$ROOT:$tg/src${PYTHONPATH:+:$PYTHONPATH}
 # TileGym's own knobs (tests/config.py): the fewest benchmark repetitions for perf tests
 export WARMUP=${WARMUP:-0} REP=${REP:-0} MIN_REP=${MIN_REP:-1} INITIAL_REP=${INITIAL_REP:-1}
+# CUPTI=0: TileGym's switch for a machine without CUPTI (the simulated GPU has none): perf tests
+# time with torch.cuda.Event (emulated) instead of torch.profiler's CUDA activity
+export CUPTI=${CUPTI:-0}
 if [[ ${FULL:-0} == 1 ]]; then
   time python -m spak.sim -m pytest -p no:cacheprovider -rfEs tests/ops "$@"
 else

@@ -223,9 +223,10 @@ def enable(model="sm_90", stream_value=None) -> bool:
         _saved[name] = getattr(torch.cuda, name, missing)
         setattr(torch.cuda, name, fn)
     _saved["__missing__"] = missing
-    if not hasattr(torch._C, "_cuda_clearCublasWorkspaces"):      # benchmarks call it
-        torch._C._cuda_clearCublasWorkspaces = lambda: None
-        _saved["__c__"] = True
+    # benchmarks call it; replaced on a CUDA build too (CUDA hidden: no cuBLAS state to clear,
+    # and the real call must not be the first to touch the absent device)
+    _saved["__c__"] = getattr(torch._C, "_cuda_clearCublasWorkspaces", missing)
+    torch._C._cuda_clearCublasWorkspaces = lambda: None
     return True
 
 
@@ -234,8 +235,11 @@ def disable() -> None:
         return
     import torch
     missing = _saved.pop("__missing__")
-    if _saved.pop("__c__", False):
+    c = _saved.pop("__c__", missing)
+    if c is missing:
         del torch._C._cuda_clearCublasWorkspaces
+    else:
+        torch._C._cuda_clearCublasWorkspaces = c
     for name, fn in _saved.items():
         if fn is missing:
             delattr(torch.cuda, name)

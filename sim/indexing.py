@@ -195,6 +195,8 @@ class ElementStore:
         off = self.off.reshape(L, -1)
         bits = np.ascontiguousarray(self.vals).reshape(self.vals.shape[0], -1)
         bits = bits.view(_BITS[bits.dtype.itemsize])
+        if self._commit_disjoint(flat, owner, _stamps(self.array), off, bits, linear):
+            return out
         for lane in range(L):
             o = off[lane]
             v = bits[lane if bits.shape[0] > 1 else 0]
@@ -215,6 +217,33 @@ class ElementStore:
             owner[o] = me
         return out
 
+    @staticmethod
+    def _commit_disjoint(flat, owner, stamps, off, bits, linear) -> bool:
+        """All lanes at once, when that is what the lane-by-lane loop below would do: every
+        stored element distinct across the op's lanes (so no lane sees another's write, no
+        duplicate within a lane) and none owned by another block before. Then the order of
+        the writes cannot matter and there is nothing to report; False leaves it to the loop
+        (which finds and words the double writes). The loop cost ~0.5 ms a lane group on
+        TileGym's scatter-heavy kernels (geglu's perf test: 1.1M calls of _duplicates)."""
+        L, n = off.shape
+        if bits.shape[1] != n or bits.shape[0] not in (1, L):
+            return False
+        keep = off >= 0
+        o = off[keep]
+        if o.size > 1:
+            # all distinct iff each entry reads back its own index (a sort costs 4x more)
+            idx = np.arange(o.size, dtype=np.int64)
+            stamps[o] = idx
+            if not np.array_equal(stamps[o], idx):
+                return False
+        me = np.broadcast_to(np.asarray(linear[:L], np.int64)[:, None], off.shape)[keep]
+        prev = owner[o]
+        if ((prev >= 0) & (prev != me)).any():
+            return False
+        flat[o] = np.broadcast_to(bits, off.shape)[keep]
+        owner[o] = me
+        return True
+
     def _duplicates(self, o, v, me, grid):
         """One op writing different values to one element: which lands is unspecified."""
         from .memory import _unlinear
@@ -228,6 +257,16 @@ class ElementStore:
         return [f"scatter by block {_unlinear(me, grid)} at {self.line} writes different values "
                 f"to element {np.unravel_index(e, self.array.shape)} of '{self.array.name}' "
                 f"({int(differ.sum())} times): which one lands is unspecified"]
+
+
+def _stamps(array) -> np.ndarray:
+    """Scratch int64 per element of the array's root (contents meaningless between uses),
+    from the array's first element on: ElementStore's distinctness check."""
+    root = array._root
+    st = getattr(root, "_stamps", None)
+    if st is None or st.size != root.data.size:
+        st = root._stamps = np.empty(root.data.size, np.int64)
+    return st[array._offset:]
 
 
 def write_elements(ctx, array, off, vals):

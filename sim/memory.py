@@ -16,7 +16,7 @@ from . import dtypes
 from .context import current
 from . import oob
 from .errors import SimulationError, SimTypeError
-from .numerics import _CACHE, PARALLEL_MIN
+from .numerics import _CACHE, PARALLEL_MIN, _renamed, threaded
 from .tile import Tile
 
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -252,13 +252,14 @@ def _scatter_py(flat, shape, strides, starts, tshape, vals, vlanes, owner, lane_
     return n
 
 
-_gather_serial = numba.njit(cache=_CACHE)(_gather_py)
-_gather_parallel = numba.njit(parallel=True, cache=_CACHE)(_gather_py)
+# distinct names: numba's disk cache keys by name and bytecode, not by parallel= (numerics._renamed)
+_gather_serial = numba.njit(cache=_CACHE)(_renamed(_gather_py, "_serial"))
+_gather_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_gather_py, "_parallel"))
 _scatter = numba.njit(cache=_CACHE)(_scatter_py)
 
 
 def _gather(flat, shape, strides, starts, tshape, pad, out):
-    fn = _gather_parallel if out.size >= PARALLEL_MIN else _gather_serial
+    fn = _gather_parallel if out.size >= PARALLEL_MIN and threaded() else _gather_serial
     fn(flat, shape, strides, starts, tshape, pad, out)
 
 

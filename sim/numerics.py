@@ -111,6 +111,15 @@ def _div_approx_f32_py(x, y, out, ftz):
 PARALLEL_MIN = 1 << 18   # elements; below this numba's thread wake-up costs more than it saves
 
 
+def threaded() -> bool:
+    """Whether numba may use more than one thread. With NUMBA_NUM_THREADS=1 (many simulator
+    processes side by side, e.g. a test suite sharded over the cores) the parallel builds only
+    add their compile time (seconds each, per process on a cold cache) and the threading
+    layer: the serial build runs instead. Both builds are the same loop over independent
+    elements, so the bits do not depend on the choice."""
+    return numba.config.NUMBA_NUM_THREADS > 1
+
+
 def _renamed(pyfunc, suffix):
     """A copy of `pyfunc` under another qualified name. numba's on-disk cache is keyed by
     the function's name and bytecode, not by `parallel=`: without distinct names the serial
@@ -128,7 +137,7 @@ def _dual(pyfunc, **opts):
     parallel = numba.njit(parallel=True, cache=_CACHE, **opts)(_renamed(pyfunc, "_parallel"))
 
     def call(*args):
-        big = args[0].size >= PARALLEL_MIN
+        big = args[0].size >= PARALLEL_MIN and threaded()
         return (parallel if big else serial)(*args)
     call.__name__ = pyfunc.__name__
     return call
@@ -776,7 +785,7 @@ def hopper_mma_f32(a, b, c, in_dtype, kstep=16, fbits=25, ezero=-133):
     c = np.ascontiguousarray(c, np.float32)
     lanes = max(a.shape[0], b.shape[0], c.shape[0])
     out = np.empty((lanes, a.shape[1], b.shape[2]), np.float32)
-    big = lanes * a.shape[1] * b.shape[2] >= (1 << 14)
+    big = lanes * a.shape[1] * b.shape[2] >= (1 << 14) and threaded()
     if (FP16_PATH and in_dtype == ct.float16 and b.dtype == np.uint16
             and int(kstep) << (int(fbits) + 2) <= 1 << 31):
         # the fp16 path (same bits); it checks each lane's values itself. An fp16 `a`

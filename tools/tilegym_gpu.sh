@@ -3,7 +3,8 @@
 # run (results/tilegym_interpreter.md) is compared with (issue 37). Run from the repo root on the
 # GPU machine with TileGym at .peers/tilegym/{src,tests,pytest.ini} (cp -r from
 # /work/shared/peers/tilegym; src alone is not enough: the suite lives in tests/).
-#   GPUS="0 1 2 3"  one shard per GPU (interleaved node ids); default ${GPU:-0}
+#   GPUS="0 1 2 3"  one shard per entry (interleaved node ids; "0 0 1 1": two a GPU); default ${GPU:-0}
+#   (tools/tilegym_suite.sh runs the whole set on all GPUs and the CPU at once, with a queue)
 #   SKIP=N          leave out the first N ids of the ordered list (run by an earlier call)
 #   SHARD_S=230     each shard's wall-time bound (SIGINT, then -k 15); collection <= 60 s more
 #   DRY=1           collection only;  K=EXPR  pytest -k EXPR (trying the script out)
@@ -41,9 +42,10 @@ n=0; for g in $GPUS; do n=$((n+1)); done
 export WARMUP=0 REP=0 MIN_REP=1 INITIAL_REP=1
 i=0
 for g in $GPUS; do
-  awk -v n="$n" -v i="$i" 'NR % n == i' "$W/ids.txt" > "$W/ids_$g.txt"
-  CUDA_VISIBLE_DEVICES=$g timeout -s INT -k 15 "${SHARD_S:-230}" python - "$W/ids_$g.txt" "$W/junit_$g.xml" \
-    > "$W/shard_$g.log" 2>&1 <<'PY' &
+  # files named by shard index, not GPU: GPUS="0 0 1 1" (two shards a GPU) must not collide
+  awk -v n="$n" -v i="$i" 'NR % n == i' "$W/ids.txt" > "$W/ids_$i.txt"
+  CUDA_VISIBLE_DEVICES=$g timeout -s INT -k 15 "${SHARD_S:-230}" python - "$W/ids_$i.txt" "$W/junit_$i.xml" \
+    > "$W/shard_$i.log" 2>&1 <<'PY' &
 import sys, pytest
 ids = open(sys.argv[1]).read().split("\n")
 sys.exit(pytest.main(["-p", "no:cacheprovider", "-v", "-rA", "--junitxml", sys.argv[2]]
