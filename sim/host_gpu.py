@@ -158,6 +158,15 @@ def _unsupported(what):
     return f
 
 
+def _unsupported_class(name, what):
+    """A class (not a function) standing for an unsupported torch.cuda class: code that only
+    names it, as annotations do (transformers: ``torch.cuda.CUDAGraph | None``), must import;
+    making one raises SimNotSupported."""
+    def __init__(self, *a, **k):
+        _unsupported(what)()
+    return type(name, (), {"__init__": __init__, "__doc__": f"spak sim: {what} (not emulated)"})
+
+
 def _namespace(model, stream_value):
     import torch
     props = properties(model)
@@ -200,7 +209,7 @@ def _namespace(model, stream_value):
                                              "allocated_bytes.all.peak": 0},
         "memory_summary": lambda device=None, abbreviated=False: "spak sim: no device memory",
         "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
-        "CUDAGraph": _unsupported("torch.cuda.CUDAGraph (CUDA graph capture)"),
+        "CUDAGraph": _unsupported_class("CUDAGraph", "torch.cuda.CUDAGraph (CUDA graph capture)"),
         "graph": _unsupported("torch.cuda.graph (CUDA graph capture)"),
         "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables"),
         "_sleep": none,                    # a GPU spin only delays the stream

@@ -5,9 +5,11 @@ SCRIPT / -m pytest, SPAK_SIM=1) run unchanged GPU programs on the CPU."""
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
+
 import pytest
 import torch
 
@@ -58,6 +60,9 @@ def test_seeds_streams_and_events(gpu):
     assert 0.0 <= e0.elapsed_time(e1) < 1e4                  # host wall ms
     with pytest.raises(SimNotSupported, match="CUDA graph"):
         torch.cuda.CUDAGraph()
+    # a class, so code that only names it imports (transformers annotates with
+    # `torch.cuda.CUDAGraph | None`; a function there stopped TileGym's test_rope collecting)
+    assert isinstance(torch.cuda.CUDAGraph | None, types.UnionType)
 
 
 def test_moves_copy_as_on_a_gpu(gpu):
