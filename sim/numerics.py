@@ -1021,8 +1021,8 @@ def _lane_tree(v):
 
 
 def fragment_row_sum_m32_f32(x: np.ndarray) -> np.ndarray:
-    """A CANDIDATE for float32 row sums of a 32-row mma tile [.., 32, N] (N a multiple of
-    32) on sm_90, not yet checked on a GPU (Sm90.row_warps_m32 is off): what the decode
+    """Float32 row sums of a 32-row mma tile [.., 32, N] (N a multiple of 32) on sm_90
+    (checked on an H200: Sm90.row_warps_m32's comment): what the decode
     split kernel's SASS shows (tileiras 13.4, GT 32, TILE_N 128; docs/numerics-sm90.md
     section 17) is HMMA with the 4 warps splitting the keys as for 16 rows, but no chains
     from +0: a lane adds its values in fragment order (b0.even, b0.odd, b1.even, ..) as
@@ -1280,9 +1280,11 @@ class Sm90(Sm90v0):
     row_chain_256 = True
     #: 16-row mma tiles: 4 warps split N, then shared memory (fragment_row_sum_m16_f32)
     row_warps_m16 = True
-    #: 32-row mma tiles: fragment_row_sum_m32_f32, read from the SASS but not yet checked on
-    #: a GPU (.gpujobs/i33.sh of issue-33e compares both): off
-    row_warps_m32 = False
+    #: 32-row mma tiles: fragment_row_sum_m32_f32, read from the SASS and checked on an H200
+    #: (results/issue33-h200x4-2026-11-28c: the split workspaces of 1x32:1x4096x128 and
+    #: 1x28:4x3:4096x128, 2 splits: 0 of 64 and 0 of 42 row sums differ, 15 each with the
+    #: one-quad chain; the other 10 candidate orders 2-16 of 64)
+    row_warps_m32 = True
     raw_sums = True             # mma/gather results summed as they are (an H100, --shapes)
     #: axis -2 sums of mma tiles in the fragment's order (fragment_col_sum_f32)
     col_sums_mma = True
@@ -1433,7 +1435,7 @@ class Sm90(Sm90v0):
                     return fragment_row_sum_m16_f32(x)
                 if self.row_warps_m32 and x.ndim >= 2 and x.shape[-2] == 32 and \
                         n % 32 == 0:
-                    return fragment_row_sum_m32_f32(x)     # a candidate (off by default)
+                    return fragment_row_sum_m32_f32(x)     # 32 rows: the same split, chain/tree halves
                 if self.row_chain_256 and x.ndim >= 2 and x.shape[-2] == 256:
                     # TileGym's FMHA forward with LSE (256x128 tiles, an H100): 26 of 512
                     # LSE values 1 ulp -> 0. Not a shape rule: computed 256-row tiles of

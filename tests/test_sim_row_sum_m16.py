@@ -133,8 +133,9 @@ def test_the_cubin_still_sums_16_row_tiles_over_4_warps(heads, pad):
     assert any(meet.match(e) for _, op, _, e in t.ops if op.startswith("FADD"))
 
 
-def test_32_row_candidate_is_the_sass_reading_and_off():
-    """fragment_row_sum_m32_f32 (not checked on a GPU yet, so Sm90.row_warps_m32 is off):
+def test_32_row_order_is_the_sass_reading_and_on():
+    """fragment_row_sum_m32_f32 (checked on an H200's split workspaces, so Sm90.row_warps_m32
+    is on):
     rows 0-15 one chain a lane from its first value, rows 16-31 a pairwise tree, then the
     quad and the warps as for 16 rows."""
     from spak.sim.numerics import Sm90, fragment_row_sum_m32_f32
@@ -164,6 +165,7 @@ def test_32_row_candidate_is_the_sass_reading_and_off():
         want.append(f(f(ws[0] + ws[2]) + f(ws[1] + ws[3])))
     got = fragment_row_sum_m32_f32(x)
     assert (got.view(np.uint32) == np.array(want, np.float32).view(np.uint32)).all()
-    assert Sm90.row_warps_m32 is False
+    assert Sm90.row_warps_m32 is True
     s = get_model("sm_90").sum(x[None], -1, ct.float32, MMA_LAYOUT)[0]
-    assert (s == fragment_row_sum_f32(x)).all()          # the model keeps section 10's order
+    assert (s.view(np.uint32) == got.view(np.uint32)).all()     # the model uses it
+    assert not (s == fragment_row_sum_f32(x)).all()    # and it is not section 10's order
