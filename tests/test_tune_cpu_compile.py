@@ -119,8 +119,8 @@ def test_calling_convention_v1_without_unit_extents_and_unmappable_args():
 
 def test_masked_backward_and_unmodelled_families():
     """A masked backward unit plans with the kernel mask [B, 1, Sq, Sk]; a masked forward
-    unit (its compile unit carries no mask) and the decode family (no compile units) are
-    not modelled: None, so a GPU helper or the worker builds them."""
+    unit (its compile unit carries no mask) and a varlen decode problem (no compile unit:
+    the worker builds it) are not modelled: None, so a GPU helper or the worker builds them."""
     p = BWD.parse("2x4x200x64/fp16/causal").replace(mask="bool")
     unit = {**BWD.compile_unit("fused", p, BWD.default_config(p, "sm_90"), "x"),
             "family": "fmha_bwd"}
@@ -131,7 +131,9 @@ def test_masked_backward_and_unmodelled_families():
     pf = FWD.parse("2x4x200x64/fp16").replace(mask="bool")
     assert FWD.stand_in_launches({**FWD.compile_unit("fused", pf, FWD.default_config(
         pf, "sm_90"), "x"), "family": "fmha_fwd"}, "sm_90") is None
-    assert families.get("fmha_decode").stand_in_launches({"case": "x"}, "sm_90") is None
+    dec = families.get("fmha_decode")
+    assert dec.stand_in_launches({"case": "3x8:2x40:60x64/causal/qlens=5:0:40/lens=7:3:60",
+                                  "kernel": "splitkv", "config": {}}, "sm_90") is None
 
 
 def test_cpu_helper_compiles_the_launch_entry_without_torch(tmp_path):

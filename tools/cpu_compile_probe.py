@@ -23,13 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-#: (family, problem, config overrides): fwd at the sweep's shapes (one ragged, one bf16,
-#: hints), bwd unmasked and masked; decode has no compile units (the worker compiles).
-UNITS = [("fmha_fwd", "4x16x4096x128/fp16", {"occupancy": 2}),
-         ("fmha_fwd", "1x2x1000x64/bf16/causal", {}),
-         ("fmha_fwd", "16x32x1024x64/fp16/causal", {"TILE_M": 128, "TILE_N": 64}),
-         ("fmha_bwd", "2x4x512x64/fp16", {}),
-         ("fmha_bwd", "1x2x200x128/bf16/causal/mask", {})]
+#: (family, kernel, problem, config overrides): fwd at the sweep's shapes (one ragged, one
+#: bf16, hints), bwd unmasked and masked, decode contiguous (padded group of 7) and paged
+UNITS = [("fmha_fwd", "fused", "4x16x4096x128/fp16", {"occupancy": 2}),
+         ("fmha_fwd", "fused", "1x2x1000x64/bf16/causal", {}),
+         ("fmha_fwd", "fused", "16x32x1024x64/fp16/causal", {"TILE_M": 128, "TILE_N": 64}),
+         ("fmha_bwd", "fused", "2x4x512x64/fp16", {}),
+         ("fmha_bwd", "fused", "1x2x200x128/bf16/causal/mask", {}),
+         ("fmha_decode", "splitkv", "4x28:4x16384x128/fp16", {}),
+         ("fmha_decode", "splitkv", "8x40:8x4:4096x128/bf16/causal/page64", {"MAX_ROWS": 128})]
 
 
 def _entries(d) -> dict:
@@ -60,13 +62,13 @@ def _diff(ours: list, theirs: str) -> str:
     return f"{name}: no CPU build of this kernel"
 
 
-def _gpu_side(fam, p, cfg) -> None:
+def _gpu_side(fam, kernel, p, cfg) -> None:
     """The sweep worker's first call of this config, as spak.tune.worker.GpuRunner does."""
     import torch
     import cuda.tile as ct
     from spak.device.calls import first_tensor, shared_alloc
     sets = fam.gpu_input_sets(p, 0, 1, "cuda")
-    call = fam.gpu_call("fused", p, sets[0], cfg, alloc=shared_alloc(first_tensor(sets[0])))
+    call = fam.gpu_call(kernel, p, sets[0], cfg, alloc=shared_alloc(first_tensor(sets[0])))
     stream = torch.cuda.current_stream()
     for L in call.launches:
         ct.launch(stream, L.grid, L.kernel, L.args)
@@ -75,15 +77,15 @@ def _gpu_side(fam, p, cfg) -> None:
 
 def _cpu_build(item) -> dict:
     """One unit built on the CPU into its own fresh cache dir (a spawned process)."""
-    fam_name, case, over, arch = item
+    fam_name, kernel, case, over, arch = item
     from cuda.tile._cext import default_tile_context as ctx
     from spak import families
     from spak.tune.cpu_compile import CpuCompiler
     fam = families.get(fam_name)
     p = fam.parse(case)
     cfg = {**fam.default_config(p, arch), **over}
-    unit = fam.compile_unit("fused", p, cfg, "probe")
-    row = {"family": fam_name, "case": case, "config": cfg}
+    unit = fam.compile_unit(kernel, p, cfg, "probe")
+    row = {"family": fam_name, "kernel": kernel, "case": case, "config": cfg}
     if unit is None:
         return {**row, "verdict": "no compile unit"}
     row["cache_dir"] = ctx.config.cache_dir = tempfile.mkdtemp(prefix="i36probe-")
@@ -101,7 +103,7 @@ def _gpu_check(row) -> dict:
     ctx.config.cache_dir = row["cache_dir"]
     before = _entries(row["cache_dir"])
     t0 = time.perf_counter()
-    _gpu_side(fam, fam.parse(row["case"]), row["config"])
+    _gpu_side(fam, row["kernel"], fam.parse(row["case"]), row["config"])
     added = [s for k, s in _entries(row["cache_dir"]).items() if k not in before]
     return {**row, "gpu_s": time.perf_counter() - t0, "launch_compiled": added,
             "verdict": "same" if not added else "different",
@@ -126,12 +128,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-only", action="store_true")
     ap.add_argument("--arch", default="sm_90", help="the GPU's (H100/H200: sm_90)")
     ns = ap.parse_args(argv)
-    items = [(f, c, o, ns.arch) for f, c, o in UNITS]
+    items = [(f, k, c, o, ns.arch) for f, k, c, o in UNITS]
     # the CPU builds in parallel, in fresh (spawned) processes, before this one touches CUDA
     with ProcessPoolExecutor(len(items), mp_context=mp.get_context("spawn")) as ex:
         futures = [ex.submit(_cpu_build, it) for it in items]
     rows = []
-    for (fam_name, case, _, _), fut in zip(items, futures):
+    for (fam_name, _, case, _, _), fut in zip(items, futures):
         try:
             row = fut.result()
             if row["verdict"] == "cpu-only" and not ns.cpu_only:
@@ -143,7 +145,6 @@ def main(argv=None) -> int:
         _print(row)
         if ns.out:                      # after every unit: a timeout keeps what was probed
             Path(ns.out).write_text(json.dumps(rows, indent=1, default=str))
-    print("probe: fmha_decode has no compile units (the sweep's worker compiles them)")
     return 0
 
 

@@ -523,6 +523,58 @@ class FmhaDecode(KernelFamily):
         return decode_sim_slice(problem, inputs, outputs["out"], config,
                                 splits=split_count(problem, inputs, config), work=work)
 
+    # ------------------------------------------------- the sweep's compile units
+    def compile_unit(self, kernel, problem, config, config_id):
+        """One unit per (kernel, config, case): the split kernel specialises on the group,
+        head dim, Sq, page size, split count and tiles, so few jobs could share a cubin.
+        Built on the CPU from stand-ins (stand_in_launches) or, handed back, by a GPU helper
+        launching the real problem once (compile_call). None for varlen problems (the varlen
+        kernel has one form: its worker compiles it)."""
+        if problem.varlen:
+            return None
+        return {"unit_id": f"decode|{kernel}|{config_id}|{problem.case_id}", "kernel": kernel,
+                "config_id": config_id, "config": dict(config), "case": problem.case_id,
+                "dtype": problem.dtype}
+
+    def stand_in_launches(self, unit, arch):
+        """decode_call's launches for the unit's problem on stand-ins shaped as
+        spak.device.decode_gpu.decode_gpu_inputs allocates (q [B, Sq, Hq, D]; caches
+        [B, Sk, Hkv, D], or [B * pages + 1, page, Hkv, D] with an int32 [B, pages] table;
+        int32 lengths; the output [B, Sq, Hq, D]); the split count's SM count is the arch's
+        usual part (132 on sm_90, 48 on sm_120): another part only costs the worker a compile."""
+        from spak.gpu.launch_sig import LaunchArray as A
+        from spak.gpu.plan_decode import plan_decode
+        from spak.gpu.variants import apply_hints, split_config
+        p = self.parse(unit["case"])
+        if p.varlen:
+            return None
+        cfg = _form_tiles(unit["kernel"], dict(unit["config"] or {}))
+        splits = cfg.pop("num_splits", None)
+        tiles, hints = split_config(cfg)
+        dt = {"fp16": "float16", "bf16": "bfloat16"}[p.dtype]
+        if p.page:
+            per = -(-p.Sk // p.page)
+            k, v = (A((p.B * per + 1, p.page, p.Hkv, p.D), dt) for _ in range(2))
+            table = A((p.B, per), "int32")
+        else:
+            k, v = (A((p.B, p.Sk, p.Hkv, p.D), dt) for _ in range(2))
+            table = None
+        q, out = A((p.B, p.Sq, p.Hq, p.D), dt), A((p.B, p.Sq, p.Hq, p.D), dt)
+        launches = plan_decode(q, k, v, A((p.B,), "int32"), out, block_table=table,
+                               causal=p.causal, num_splits=splits or p.splits, tiles=tiles,
+                               num_sms=_ARCH_SMS.get(arch, 132),
+                               alloc=lambda shape, kind: A(tuple(shape), "float32"
+                                                           if kind == "float32" else dt))
+        return apply_hints(launches, hints)
+
+    def compile_call(self, unit, device="cuda"):
+        """The unit's real problem launched once (a GPU compile helper: what the CPU helper
+        handed back): its cubins land in cuTile's disk cache."""
+        from spak.device.decode_gpu import decode_call, decode_gpu_inputs
+        p = self.parse(unit["case"])
+        return decode_call(p, decode_gpu_inputs(p, device=device),
+                           _form_tiles(unit["kernel"], dict(unit["config"] or {})))
+
     def compile_variant(self, item) -> dict:
         """Every kernel of the family for (arch, dtype, head_dim, causal): split and combine
         on a contiguous cache (GQA 4:1, decode: whole head tiles) and on a 16-key paged one
@@ -546,6 +598,10 @@ class FmhaDecode(KernelFamily):
                             zip(parts, ("", "/page16", "", "/one")) for k in r["kernels"]],
                 "tiles": parts[0]["tiles"] or {}}
 
+
+#: SMs of the usual part of an arch (H100 SXM / H200: 132; RTX 5070: 48), for the split
+#: count a CPU compile helper plans with (gpu.plan_decode.auto_splits reads it)
+_ARCH_SMS = {"sm_90": 132, "sm_120": 48}
 
 #: kernel name -> the tiles knobs it pins (gpu.plan_decode: KT_FORMS, GROUP_PAD)
 _KERNEL_FORMS = {"splitkv_keys": {"KT_FORM": 1}, "splitkv_keys_vt": {"KT_FORM": 2},
