@@ -71,6 +71,8 @@ def round_fp8(x, dtype) -> np.ndarray:
 
 
 def pad_code(dtype, padding_mode) -> int:
+    """The code a padded fp8 element reads; UNDETERMINED gets the NaN poison here (the
+    interpreter's "zero" fill is decided before, in sim.memory._pad_bits)."""
     PM = ct.PaddingMode
     codes = {PM.ZERO: 0x00, PM.NEG_ZERO: 0x80, PM.NAN: _table(dtype)[3],
              None: _table(dtype)[3], PM.UNDETERMINED: _table(dtype)[3]}

@@ -397,13 +397,16 @@ def set_undetermined_padding(fill: str) -> str:
 
 
 def _pad_bits(dtype, padding_mode) -> int:
+    PM = ct.PaddingMode
+    # the "zero" choice holds for every dtype, fp8 included: checked before fp8's own table
+    # (which gives UNDETERMINED its NaN poison code), else TileGym's fp8 e5m2 attention
+    # (K/V loads without padding_mode on a ragged tail) read NaN where the GPU reads zeros
+    if padding_mode in (None, PM.UNDETERMINED) and _UNDETERMINED["fill"] == "zero":
+        return 0
     if dtype in dtypes.FP8:
         from .fp8 import pad_code
         return pad_code(dtype, padding_mode)
     st = dtypes.storage(dtype)
-    PM = ct.PaddingMode
-    if padding_mode in (None, PM.UNDETERMINED) and _UNDETERMINED["fill"] == "zero":
-        return 0
     if padding_mode in (None, PM.UNDETERMINED):
         # poison: a kernel must not depend on undetermined padding
         val = np.array(np.nan if st.kind == "f" else np.iinfo(st).max if st.kind in "iu" else True, st)
