@@ -139,22 +139,24 @@ def test_the_prepared_paths_explain_a_compile_error(fake, monkeypatch, name):
     fn = hc.cases()[name]
     fn()
     fn()
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(gpu_env, "explain", lambda exc, arch: ValueError(f"explained {arch}"))
-
-    monkeypatch.setattr(api, "device_arch", lambda device: "sm_90")
-    real = ct.launch
-    for error, raised in ((RuntimeError("failed to compile Tile IR program"), ValueError),
-                          (ZeroDivisionError(), ZeroDivisionError)):
-        def fail(stream, grid, kernel, args, error=error):
-            # the backward's launches only, in the training case (its forward is api's)
-            if "bwd" in name and "bwd" not in kernel._annotated_function.pyfunc.__name__:
-                return real(stream, grid, kernel, args)
-            raise error
-        monkeypatch.setattr(ct, "launch", fail)
-        with pytest.raises(raised) as got:
-            fn()
-        assert raised is not ValueError or "explained sm_90" in str(got.value)
+    # undone here, before the fake fixture restores torch.cuda and ct.launch: patched after
+    # fake_cuda, a fixture-level undo would put fake_cuda's stand-ins back for good (CI:
+    # test_sim_host_gpu then found torch.cuda answering (9, 0) on a CPU torch)
+    with monkeypatch.context() as m:
+        m.setattr(gpu_env, "explain", lambda exc, arch: ValueError(f"explained {arch}"))
+        m.setattr(api, "device_arch", lambda device: "sm_90")
+        real = ct.launch
+        for error, raised in ((RuntimeError("failed to compile Tile IR program"), ValueError),
+                              (ZeroDivisionError(), ZeroDivisionError)):
+            def fail(stream, grid, kernel, args, error=error):
+                # the backward's launches only, in the training case (its forward is api's)
+                if "bwd" in name and "bwd" not in kernel._annotated_function.pyfunc.__name__:
+                    return real(stream, grid, kernel, args)
+                raise error
+            m.setattr(ct, "launch", fail)
+            with pytest.raises(raised) as got:
+                fn()
+            assert raised is not ValueError or "explained sm_90" in str(got.value)
 
 
 def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
