@@ -9,6 +9,10 @@ arrays), so the compiled argument list is exactly the one a launch would pass. B
 the array constraints are those ``ct.launch`` derives for contiguous, aligned tensors with
 ragged sequence lengths (``assume="launch"``); ``assume="none"`` compiles the fully general
 signature instead, and ``int64=True`` the int64-indexed twins plan_fmha uses for huge arrays.
+"launch" is close to, not equal to, the JIT's own signature (an H200 probe, 2026-11-28c: the
+JIT declares extents of 1 as constants, every extent divisible by 16, and calling convention
+v2 where an extent is 1): spak.gpu.launch_sig derives that one exactly (the sweep's CPU
+compile helpers use it). These checks keep "launch", whose resource figures the docs quote.
 
     python -m gpu.compile                      # 64 variants, sm_90 and sm_120 (~3 min)
     python -m gpu.compile --arch sm_89 --kernel fused --head-dim 128

@@ -6,11 +6,9 @@ import pytest
 import torch
 
 from spak import families
-from spak.device.decode_gpu import decode_gpu_inputs
+from spak.device.decode_gpu import decode_gpu_inputs, decode_launches
 from spak.gpu.launch import torch_alloc
 from spak.gpu.launch_sig import LaunchArray, launch_signature
-from spak.gpu.plan_decode import plan_decode
-from spak.gpu.variants import apply_hints, split_config
 
 FAM = families.get("fmha_decode")
 _NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
@@ -28,17 +26,12 @@ def _as_stand_in(a):
 
 
 def _real_signatures(p, kernel, config):
-    """plan_decode on the real (CPU) inputs, as decode_call plans them, mapped arg by arg."""
+    """The launches decode_call plans on the real (CPU) inputs, mapped arg by arg."""
     from spak.families.fmha_decode import _form_tiles
-    cfg = _form_tiles(kernel, dict(config))
-    splits = cfg.pop("num_splits", None)
-    tiles, hints = split_config(cfg)
     x = decode_gpu_inputs(p, device="cpu")
     out = torch.empty((p.B, p.Sq, p.Hq, x["v_cache"].shape[3]), dtype=x["q"].dtype)
-    launches = apply_hints(plan_decode(x["q"], x["k_cache"], x["v_cache"], x["cache_seqlens"],
-                                       out, block_table=x["block_table"], causal=p.causal,
-                                       num_splits=splits or p.splits, tiles=tiles,
-                                       num_sms=132, alloc=torch_alloc(x["q"])), hints)
+    launches = decode_launches(p, dict(x, out=out), _form_tiles(kernel, dict(config)), 132,
+                               torch_alloc(x["q"]))
     return [launch_signature(L.kernel, [_as_stand_in(a) for a in L.args]).symbol
             for L in launches]
 

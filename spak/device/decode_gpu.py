@@ -12,7 +12,8 @@ import zlib
 
 from spak.device.calls import GpuCall, PeerCall, SimSlice, distinct
 
-__all__ = ["decode_gpu_inputs", "decode_reference", "decode_call", "decode_sim_slice",
+__all__ = ["decode_gpu_inputs", "decode_reference", "decode_call", "decode_launches",
+           "decode_sim_slice",
            "decode_peers", "split_count", "varlen_gpu_inputs", "host_arrays",
            "varlen_call", "varlen_sim_slice"]
 
@@ -96,19 +97,31 @@ def decode_call(p, inputs, config, *, alloc=None) -> GpuCall:
     without it the sweep's every config was wrong on an H100, results/decode-h100-2026-11-24c)."""
     import torch
     import spak.gpu.launch as gl
-    from spak.gpu.plan_decode import plan_decode
-    from spak.gpu.variants import apply_hints
-    tiles, hints, splits = _split_config(config)
+    tiles, hints, _ = _split_config(config)
     q = inputs["q"]
     out = torch.full((p.B, p.Sq, p.Hq, inputs["v_cache"].shape[3]), float("nan"),
                      dtype=q.dtype, device=q.device)
     sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
            if q.device.type == "cuda" else 132)
-    launches = plan_decode(q, inputs["k_cache"], inputs["v_cache"], inputs["cache_seqlens"],
-                           out, block_table=inputs["block_table"], causal=p.causal,
-                           num_splits=splits or p.splits, tiles=tiles, num_sms=sms,
-                           alloc=distinct(alloc or gl.torch_alloc(q)))
-    return GpuCall({"out": out}, apply_hints(launches, hints), tiles, hints)
+    launches = decode_launches(p, dict(inputs, out=out), config, sms,
+                               distinct(alloc or gl.torch_alloc(q)))
+    return GpuCall({"out": out}, launches, tiles, hints)
+
+
+def decode_launches(p, arrays, config, num_sms: int, alloc) -> list:
+    """plan_decode's launches (hints applied) for problem ``p`` with ``config`` on
+    ``arrays`` {q, k_cache, v_cache, cache_seqlens, block_table, out}: torch tensors
+    (decode_call) or shape stand-ins (the family's stand_in_launches, for the sweep's CPU
+    compile helpers: no torch here)."""
+    from spak.gpu.plan_decode import plan_decode
+    from spak.gpu.variants import apply_hints
+    tiles, hints, splits = _split_config(config)
+    launches = plan_decode(arrays["q"], arrays["k_cache"], arrays["v_cache"],
+                           arrays["cache_seqlens"], arrays["out"],
+                           block_table=arrays["block_table"], causal=p.causal,
+                           num_splits=splits or p.splits, tiles=tiles, num_sms=num_sms,
+                           alloc=alloc)
+    return apply_hints(launches, hints)
 
 
 def split_count(p, inputs, config) -> int:

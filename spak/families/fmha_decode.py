@@ -542,15 +542,11 @@ class FmhaDecode(KernelFamily):
         [B, Sk, Hkv, D], or [B * pages + 1, page, Hkv, D] with an int32 [B, pages] table;
         int32 lengths; the output [B, Sq, Hq, D]); the split count's SM count is the arch's
         usual part (132 on sm_90, 48 on sm_120): another part only costs the worker a compile."""
+        from spak.device.decode_gpu import decode_launches
         from spak.gpu.launch_sig import LaunchArray as A
-        from spak.gpu.plan_decode import plan_decode
-        from spak.gpu.variants import apply_hints, split_config
         p = self.parse(unit["case"])
         if p.varlen:
             return None
-        cfg = _form_tiles(unit["kernel"], dict(unit["config"] or {}))
-        splits = cfg.pop("num_splits", None)
-        tiles, hints = split_config(cfg)
         dt = {"fp16": "float16", "bf16": "bfloat16"}[p.dtype]
         if p.page:
             per = -(-p.Sk // p.page)
@@ -559,13 +555,13 @@ class FmhaDecode(KernelFamily):
         else:
             k, v = (A((p.B, p.Sk, p.Hkv, p.D), dt) for _ in range(2))
             table = None
-        q, out = A((p.B, p.Sq, p.Hq, p.D), dt), A((p.B, p.Sq, p.Hq, p.D), dt)
-        launches = plan_decode(q, k, v, A((p.B,), "int32"), out, block_table=table,
-                               causal=p.causal, num_splits=splits or p.splits, tiles=tiles,
-                               num_sms=_ARCH_SMS.get(arch, 132),
-                               alloc=lambda shape, kind: A(tuple(shape), "float32"
-                                                           if kind == "float32" else dt))
-        return apply_hints(launches, hints)
+        arrays = {"q": A((p.B, p.Sq, p.Hq, p.D), dt), "k_cache": k, "v_cache": v,
+                  "cache_seqlens": A((p.B,), "int32"), "block_table": table,
+                  "out": A((p.B, p.Sq, p.Hq, p.D), dt)}
+        config = _form_tiles(unit["kernel"], dict(unit["config"] or {}))
+        return decode_launches(p, arrays, config, _ARCH_SMS.get(arch, 132),
+                               lambda shape, kind: A(tuple(shape), "float32"
+                                                     if kind == "float32" else dt))
 
     def compile_call(self, unit, device="cuda"):
         """The unit's real problem launched once (a GPU compile helper: what the CPU helper
