@@ -1,4 +1,4 @@
-"""Faults: results are kept line by line (fsync'd), survive a killed process, are read back
+"""Faults: results are kept line by line (flushed; fsync'd per row or per second), survive a killed process, are read back
 past a torn or corrupt line, and an out-of-memory error on one shape is a row, not the end.
 
 `spak run`'s GPU path cannot run here; its writer (append_jsonl), its per-shape and per-kernel
@@ -41,33 +41,50 @@ def _lines(path: Path) -> list:
     return out
 
 
-# ------------------------------------------------------------------ the writers fsync
+# ------------------------------------------------------------------ the writers flush, fsync
 
-@pytest.mark.parametrize("writer", ["spak run (append_jsonl)", "spak sweep (ResultsWriter)"])
-def test_every_row_is_flushed_and_fsynced_before_the_call_returns(writer, tmp_path,
-                                                                  monkeypatch):
-    p = tmp_path / "r.jsonl"
+def _spy_fsync(monkeypatch, p):
     seen = []
     real_fsync = os.fsync
 
     def fsync(fd):
         real_fsync(fd)
-        seen.append(_lines(p))            # what a kill right now would leave on disk
+        seen.append(_lines(p))            # what a host crash right now would leave on disk
 
     monkeypatch.setattr(os, "fsync", fsync)
-    rows = [{"i": i, "x": float("nan") if i == 1 else i / 3} for i in range(5)]
-    if writer.startswith("spak run"):
-        for r in rows:
-            append_jsonl(p, r)
-    else:
-        w = ResultsWriter(p)
-        for r in rows:
-            w.write(r)
-        w.close()
-    assert len(seen) == len(rows)                            # one fsync per row
+    return seen
+
+
+_ROWS = [{"i": i, "x": float("nan") if i == 1 else i / 3} for i in range(5)]
+
+
+def test_spak_run_rows_are_fsynced_one_by_one(tmp_path, monkeypatch):
+    p = tmp_path / "r.jsonl"
+    seen = _spy_fsync(monkeypatch, p)
+    for r in _ROWS:
+        append_jsonl(p, r)
+    assert len(seen) == len(_ROWS)                           # one fsync per row
     for n, on_disk in enumerate(seen, 1):
         assert [r["i"] for r in on_disk] == list(range(n))  # row n complete at its fsync
     assert _lines(p)[1]["x"] is None                        # strict JSON: NaN -> null
+
+
+@pytest.mark.parametrize("sync_every_s", [0.0, 3600.0])
+def test_sweep_rows_are_visible_at_once_and_fsynced_by_interval_and_at_close(
+        tmp_path, monkeypatch, sync_every_s):
+    """What a killed process leaves is what reached the OS (flush): every row written so
+    far, whatever the fsync interval; fsync (host crashes) runs per interval and at close."""
+    p = tmp_path / "r.jsonl"
+    seen = _spy_fsync(monkeypatch, p)
+    w = ResultsWriter(p, sync_every_s=sync_every_s)
+    for n, r in enumerate(_ROWS, 1):
+        w.write(r)
+        assert [x["i"] for x in _lines(p)] == list(range(n))  # read through another handle
+    assert len(seen) == (len(_ROWS) if sync_every_s == 0 else 0)
+    w.close()
+    assert len(seen) == (len(_ROWS) if sync_every_s == 0 else 0) + 1
+    assert [r["i"] for r in seen[-1]] == list(range(len(_ROWS)))
+    assert _lines(p)[1]["x"] is None
 
 
 _WRITER = """

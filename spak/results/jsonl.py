@@ -15,6 +15,7 @@ import lzma
 import json
 import math
 import os
+import time
 from pathlib import Path, PurePath
 from typing import Optional
 
@@ -55,25 +56,39 @@ def _open_for_append(path):
     return f
 
 
-def _write_row(f, row: dict) -> None:
+def _write_row(f, row: dict, sync: bool = True) -> None:
     f.write((json.dumps(jsonable(row), allow_nan=False) + "\n").encode())
     f.flush()
-    os.fsync(f.fileno())
+    if sync:
+        os.fsync(f.fileno())
 
 
 class ResultsWriter:
-    """Append-only JSON lines, each flushed and fsync'd before the call returns."""
+    """Append-only JSON lines. Each row is flushed to the OS before the call returns, so a
+    killed process (SIGKILL, OOM, timeout) loses nothing written; fsync (which only adds a
+    host crash or power loss to that) runs at most every ``sync_every_s`` and at close. A
+    sweep on 4 GPUs writes ~15 rows a second while 60 compile helpers write cubins, and an
+    fsync per row cost each GPU ~13 ms of idle per job there (H200 x4, 2026-11-28)."""
 
-    def __init__(self, path):
+    def __init__(self, path, sync_every_s: float = 1.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = _open_for_append(self.path)
+        self.sync_every_s = sync_every_s
+        self._synced = time.monotonic()
 
     def write(self, row: dict) -> None:
-        _write_row(self.f, row)
+        now = time.monotonic()
+        sync = now - self._synced >= self.sync_every_s
+        _write_row(self.f, row, sync)
+        if sync:
+            self._synced = now
 
     def close(self) -> None:
-        self.f.close()
+        if not self.f.closed:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
 
 
 def append_jsonl(path: Optional[Path], row: dict) -> None:

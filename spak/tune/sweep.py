@@ -12,7 +12,7 @@ launch or gives a wrong result is recorded with its error by the worker; one tha
 past ``--timeout`` seconds, or that kills the worker, is recorded by this process (which
 kills the worker's process group) and a fresh worker takes the remaining configs.
 
-Results. One JSON line per (shape, provider, config), appended and fsync'd as each
+Results. One JSON line per (shape, provider, config), appended and flushed as each
 finishes (schema "spak.sweep/2", see RESULT_FIELDS). ``--resume`` skips what the file
 already holds for this GPU, so a killed sweep loses at most the config in flight.
 ``--budget-s`` stops cleanly before the wall-clock budget runs out (exit status 3: resume
