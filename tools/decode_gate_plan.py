@@ -15,6 +15,13 @@ For every case of the selection (no GPU, no CUDA, no input data):
     python tools/decode_gate_plan.py --shapes models                # summary + estimate
     python tools/decode_gate_plan.py --shapes models-gate --table   # one line a case
     python tools/decode_gate_plan.py --shapes models --compile 2    # time 2 compiles here
+    python tools/decode_gate_plan.py --shapes models-gate --precompile 10   # fill the cache
+
+--precompile N (the GPU job, before or beside `spak run`): every case's launches built
+for sm_90 into cuTile's disk cache by N CPU compile helpers (spak.tune.cpu_compile: no
+CUDA context, no GPU work, so it may run while another process times kernels); a unit
+it cannot build is left to `spak run`'s own first call. The timed rows' first_call_s
+(~0.1-0.3 s on a cache hit, seconds on a compile) say whether it helped.
 
 Time model (constants from the H200 run of `--kernel all --shapes models-small`,
 results/issue33-h200-2026-11-28: 81 s for 14 shapes, 56 kernel cases, 5 peers): per shape
@@ -127,6 +134,41 @@ def time_compiles(rows, n: int) -> list[float]:
     return out
 
 
+def _helper_compile(unit) -> tuple:
+    from spak.tune.cpu_compile import CpuCompiler
+    global _COMPILER
+    if _COMPILER is None:
+        _COMPILER = CpuCompiler(block_torch=True)
+    r = _COMPILER.compile(unit)
+    return unit["case"], r["status"], r.get("seconds", 0.0), r.get("error")
+
+
+_COMPILER = None
+
+
+def precompile(shapes, dtype: str, jobs: int, arch: str = "sm_90") -> int:
+    """Every case's units built into cuTile's disk cache by ``jobs`` CPU helpers; prints
+    one line a unit and a total; returns the count that failed (left to `spak run`)."""
+    import multiprocessing as mp
+    from spak.families.fmha_decode import FAMILY as fam
+    from spak.tune.space import config_id
+    units = {}
+    for p in fam.select(shapes, dtype=dtype):
+        cfg = fam.gpu_config("splitkv", p, "cpu")
+        u = fam.compile_unit("splitkv", p, cfg, config_id(cfg, fam.space_keys))
+        if u is not None:
+            units[u["unit_id"]] = {**u, "family": fam.name, "arch": arch}
+    t0, bad = time.perf_counter(), 0
+    with mp.get_context("spawn").Pool(max(1, min(jobs, len(units)))) as pool:
+        for case, status, secs, err in pool.imap_unordered(_helper_compile, units.values()):
+            bad += status != "ok"
+            print(f"{secs:6.1f} s  {status:<8} {case}" + (f"  {err[:120]}" if err else ""),
+                  flush=True)
+    print(f"precompiled {len(units) - bad}/{len(units)} units on the CPU in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    return bad
+
+
 def summary(rows, sim: bool) -> list[str]:
     ok = [r for r in rows if "plan_error" not in r]
     peer_count = collections.Counter(n for r in rows for n in r["peers"])
@@ -166,7 +208,12 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", type=int, default=0, metavar="N",
                     help="time N split-kernel compiles for sm_90 on this CPU")
     ap.add_argument("--json", default=None, metavar="PATH", help="every case's fields")
+    ap.add_argument("--precompile", type=int, default=0, metavar="JOBS",
+                    help="only build every case's kernels into cuTile's disk cache with "
+                         "JOBS CPU helpers (no survey)")
     a = ap.parse_args(argv)
+    if a.precompile:
+        return 1 if precompile(a.shapes, a.dtype, a.precompile) else 0
     rows = survey(a.shapes, a.dtype, a.sim)
     if a.table:
         for r in rows:
