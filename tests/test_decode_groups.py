@@ -196,6 +196,10 @@ def test_gate_plan_tool_plans_every_case_and_notes_missing_peers():
         assert ("sdpa-cudnn" in r["peers"]) == plain
         assert plain or "no form" in r["peer_notes"]["sdpa"]
     assert all(r["est_s"] >= r["est_warm_s"] > 0 for r in rows)
+    # a ragged contiguous cache (lens None, shorter sequences): no SDPA, no TileGym (they
+    # read the NaN past each length: H200 2026-11-28, phi3-mini, 21504 NaN outputs)
+    [r] = tool.survey(["8x32x4096x96/ragged/model=phi3-mini"], "fp16", sim=False)
+    assert r["peers"] == ["copy"] and {"sdpa", "tilegym"} <= set(r["peer_notes"])
 
 
 def test_spak_run_without_shapes_takes_the_family_sets(capsys):
