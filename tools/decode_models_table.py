@@ -258,15 +258,14 @@ def render(files: dict, summary: bool) -> list[str]:
            f"{(r0.get('date') or '?')[:10]}, commit {r0.get('commit', '?')}; "
            f"`{r0.get('command', '?')}`", ""]
     out += gate_table(rows) + ["", "Targets (issue 33; stated for an H100):"] + targets(rows)
-    merged: dict = {}
-    for f in files.values():
-        for case, provs in f.items():
-            merged.setdefault(case, provs)
-    for title, lines in (("Paged / contiguous time (same run)", pages_table(merged)),
-                         ("bf16 / fp16 time (same run)", dtype_table(merged)),
-                         ("Run to run (two processes)", stability_table(files))):
-        if lines:
-            out += ["", title + ":", ""] + lines
+    for path, cases in files.items():           # pairs within one run (one file) only
+        for title, lines in (("Paged / contiguous time", pages_table(cases)),
+                             ("bf16 / fp16 time", dtype_table(cases))):
+            if lines:
+                out += ["", f"{title} ({os.path.basename(path)}: one run):", ""] + lines
+    lines = stability_table(files)
+    if lines:
+        out += ["", "Run to run (the same case in two files: two processes):", ""] + lines
     if summary and rows:
         first_calls = [d["row"].get("first_call_s") or 0 for d in rows]
         out.append(f"\nfirst calls (cache hit ~0.1-0.3 s, compile: seconds): median "
