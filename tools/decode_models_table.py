@@ -107,6 +107,8 @@ def gate_rows(cases: dict) -> list[dict]:
         d["of_copy"] = d["copy_ms"] / d["ms"] if d["copy_ms"] and d["ms"] else None
         d["peer"] = best_peer(provs, ours.get("gate") or 1e-3) if d["ms"] else None
         d["vs_peer"] = d["peer"][1] / d["ms"] if d["peer"] else None
+        d["peers_ran"] = [n for n, r in provs.items() if n != "copy"
+                          and not n.startswith("spak-") and timed(r)]
         d["notes"] = sorted({r.get("note") or r.get("skipped") for n, r in provs.items()
                              if r.get("skipped")} - {None})
         out.append(d)
@@ -124,7 +126,8 @@ def gate_table(rows: list[dict]) -> list[str]:
     for d in rows:
         r = d["row"]
         peer = f"{PEER_NAMES.get(d['peer'][0], d['peer'][0])} {d['peer'][1]:.3f}" \
-            if d["peer"] else "none has this form"
+            if d["peer"] else "none valid (NaN or over the gate)" if d["peers_ran"] \
+            else "none has this form"
         lines.append(f"| {model_name(r.get('model'))} | {shape_text(r)} | {layout(r)} | "
                      f"{r['Hq'] // r['Hkv']} | {fmt(d['ms'])} | {fmt(d['gbs'], '.0f')} | "
                      f"{fmt(d['of_copy'], '.2f')} | {peer} | {fmt(d['vs_peer'], '.2f')} | "
@@ -304,13 +307,18 @@ def main(argv=None) -> int:
         return 1
     lines = render(files, a.summary)
     print("\n".join(lines))
+    drawn = None
     if a.plot:
         try:
-            print(f"plot: {plot(files, a.plot)}")
+            drawn = plot(files, a.plot)
+            print(f"plot: {drawn}")
         except ImportError as e:
             print(f"plot: not drawn ({e})")
-    if a.readme:
-        rewrite_readme(a.readme, lines)
+    if a.readme:            # the block: the tables, then the plot (linked from the README)
+        link = os.path.relpath(drawn, os.path.dirname(os.path.abspath(a.readme))) \
+            if drawn else None
+        rewrite_readme(a.readme, lines + ([f"\n![served models' decode against a same-size "
+                                           f"copy]({link})"] if link else []))
     return 0
 
 
