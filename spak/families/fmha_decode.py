@@ -368,8 +368,11 @@ class FmhaDecode(KernelFamily):
     metric = "GB/s"
     space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
     store_fields = ("dtype", "head_dim", "group", "seq_q", "paged")
-    peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "flash_attn_with_kvcache",
-             "copy")
+    # every peer plug-in serving decode (spak.device.peers): `spak report` keeps their rows;
+    # `spak run`'s table has a column for each of run_peers (FlashInfer, which would share
+    # sdpa-flash's "flash" title, is on its provider line below each case)
+    peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "tilegym", "flashinfer", "copy")
+    run_peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "tilegym", "copy")
     entry_point = "spak.fmha_kvcache"
     shape_sets = SHAPE_SETS
     # the GPU sweep: tiles per (dtype, D, group, Sq, paged); the split count stays the
