@@ -66,6 +66,10 @@ def test_tables(tool, tmp_path):
     assert "| 0.1020 | 0.1030 | 1.010 |" in text               # bf16 / fp16, same run
     assert "| spak-splitkv | 0.1000 | 0.1020 | 2.00% |" in text  # run to run, with the
     assert "| 1.00% |" in text                                  # copy's 1.00% beside it
+    short = "\n".join(tool.render(files, summary=False, short=True))
+    assert "16-key pages 1.059-1.059" in short and "bf16 / fp16 time, same run: 1.010-1.010" \
+        in short and "ours 2.00%-2.00%, the same-size copy 1.00%-1.00% over 1 cases" in short
+    assert "| 0.1020 | 0.1030 |" not in short                   # no full tables there
 
 
 def test_readme_block(tool, tmp_path):

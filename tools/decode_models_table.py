@@ -166,18 +166,46 @@ def _key(r, *drop):
     return tuple(r.get(k) for k in keep if k not in drop)
 
 
-def pages_table(cases: dict) -> list[str]:
+def page_pairs(cases: dict) -> list[tuple]:
+    """(contiguous row, {page: row}) of our cases differing only in the page size."""
     groups: dict = {}
     for provs in cases.values():
         r = provs.get(OURS)
         if r and timed(r) and not r.get("ragged"):
             groups.setdefault(_key(r, "page"), {})[r.get("page") or 0] = r
+    return [(by[0], by) for by in groups.values() if 0 in by and len(by) > 1]
+
+
+def dtype_pairs(cases: dict) -> list[tuple]:
+    """((fp16 row, its providers), (bf16 row, its providers)) of cases differing only there."""
+    groups: dict = {}
+    for provs in cases.values():
+        r = provs.get(OURS)
+        if r and timed(r):
+            groups.setdefault(_key(r, "dtype"), {})[r["dtype"]] = (r, provs)
+    return [(by["fp16"], by["bf16"]) for by in groups.values() if set(by) == {"fp16", "bf16"}]
+
+
+def stab_pairs(files: dict) -> list[tuple]:
+    """(case, provider, row 1, row 2, the copy's relative difference or None) for every
+    provider timed on the same case in two files."""
+    names, out = list(files), []
+    for i, f1 in enumerate(names):
+        for f2 in names[i + 1:]:
+            for case in [c for c in files[f1] if c in files[f2]]:
+                p1, p2 = files[f1][case], files[f2][case]
+                c1, c2 = p1.get("copy"), p2.get("copy")
+                cdiff = abs(c2["ms_median"] / c1["ms_median"] - 1) \
+                    if timed(c1) and timed(c2) else None
+                out += [(case, n, p1[n], p2[n], cdiff) for n in p1
+                        if n in p2 and timed(p1[n]) and timed(p2[n])]
+    return out
+
+
+def pages_table(cases: dict) -> list[str]:
     lines = ["| model | shape | dtype | contiguous ms | 16-key pages | 64 | 256 |",
              "|---|---|---|---|---|---|---|"]
-    for k, by in groups.items():
-        if 0 not in by or len(by) < 2:
-            continue
-        c = by[0]
+    for c, by in page_pairs(cases):
         cells = [f"{by[p]['ms_median'] / c['ms_median']:.3f}" if p in by else "-"
                  for p in (16, 64, 256)]
         lines.append(f"| {model_name(c.get('model'))} | {shape_text(c)} | {c['dtype']} | "
@@ -186,17 +214,9 @@ def pages_table(cases: dict) -> list[str]:
 
 
 def dtype_table(cases: dict) -> list[str]:
-    groups: dict = {}
-    for provs in cases.values():
-        r = provs.get(OURS)
-        if r and timed(r):
-            groups.setdefault(_key(r, "dtype"), {})[r["dtype"]] = (r, provs)
     lines = ["| model | shape | layout | fp16 ms | bf16 ms | bf16 / fp16 | copy bf16 / fp16 |",
              "|---|---|---|---|---|---|---|"]
-    for by in groups.values():
-        if set(by) != {"fp16", "bf16"}:
-            continue
-        (a, pa), (b, pb) = by["fp16"], by["bf16"]
+    for (a, pa), (b, pb) in dtype_pairs(cases):
         ca, cb = pa.get("copy"), pb.get("copy")
         cr = cb["ms_median"] / ca["ms_median"] if timed(ca) and timed(cb) else None
         lines.append(f"| {model_name(a.get('model'))} | {shape_text(a)} | {layout(a)} | "
@@ -206,26 +226,45 @@ def dtype_table(cases: dict) -> list[str]:
 
 
 def stability_table(files: dict) -> list[str]:
-    """Cases timed in two files: each provider's two medians, their difference, and the
-    copy's difference beside it (the spread a same-size copy shows between runs)."""
-    names = list(files)
+    """Each provider's two medians, their difference, the larger within-run p25-p75
+    spread, and the copy's difference beside it (what a same-size copy moves between runs)."""
     lines = ["| case | provider | run 1 ms | run 2 ms | difference | within-run p25-p75 "
              "| copy's difference |", "|---|---|---|---|---|---|---|"]
-    for i, f1 in enumerate(names):
-        for f2 in names[i + 1:]:
-            for case in [c for c in files[f1] if c in files[f2]]:
-                p1, p2 = files[f1][case], files[f2][case]
-                c1, c2 = p1.get("copy"), p2.get("copy")
-                cdiff = abs(c2["ms_median"] / c1["ms_median"] - 1) \
-                    if timed(c1) and timed(c2) else None
-                for prov in [n for n in p1 if n in p2 and timed(p1[n]) and timed(p2[n])]:
-                    a, b = p1[prov], p2[prov]
-                    inner = max((r["ms_p75"] - r["ms_p25"]) / r["ms_median"] for r in (a, b))
-                    lines.append(f"| {case} | {prov} | {a['ms_median']:.4f} | "
-                                 f"{b['ms_median']:.4f} | "
-                                 f"{abs(b['ms_median'] / a['ms_median'] - 1):.2%} | "
-                                 f"{inner:.2%} | {fmt(cdiff, '.2%')} |")
+    for case, prov, a, b, cdiff in stab_pairs(files):
+        inner = max((r["ms_p75"] - r["ms_p25"]) / r["ms_median"] for r in (a, b))
+        lines.append(f"| {case} | {prov} | {a['ms_median']:.4f} | {b['ms_median']:.4f} | "
+                     f"{abs(b['ms_median'] / a['ms_median'] - 1):.2%} | {inner:.2%} | "
+                     f"{fmt(cdiff, '.2%')} |")
     return lines if len(lines) > 2 else []
+
+
+def _span(xs, spec) -> str:
+    return f"{format(min(xs), spec)}-{format(max(xs), spec)}" if xs else "-"
+
+
+def condensed(files: dict) -> list[str]:
+    """One line each for paged, bf16 and run-to-run (the README's block; the tables go to
+    the results README)."""
+    out = []
+    pages = [(p, by[p]["ms_median"] / c["ms_median"]) for f in files.values()
+             for c, by in page_pairs(f) for p in (16, 64, 256) if p in by]
+    if pages:
+        out.append("- paged / contiguous time, same run: " + ", ".join(
+            f"{p}-key pages {_span([x for q, x in pages if q == p], '.3f')}"
+            for p in (16, 64, 256)) + " (targets: within 10% at 16, 5% at 64 and 256)")
+    dts = [b["ms_median"] / a["ms_median"] for f in files.values()
+           for (a, _), (b, _) in dtype_pairs(f)]
+    if dts:
+        out.append(f"- bf16 / fp16 time, same run: {_span(dts, '.3f')} over {len(dts)} shapes "
+                   f"(target: within 5%)")
+    st = stab_pairs(files)
+    ours = [abs(b["ms_median"] / a["ms_median"] - 1) for _, n, a, b, _ in st if n == OURS]
+    cps = [abs(b["ms_median"] / a["ms_median"] - 1) for _, n, a, b, _ in st if n == "copy"]
+    if ours:
+        out.append(f"- run to run (the same calls in two processes): ours "
+                   f"{_span(ours, '.2%')}, the same-size copy {_span(cps, '.2%')} over "
+                   f"{len(ours)} cases (target: within the copy's spread)")
+    return out
 
 
 def plot(files: dict, path: str) -> str:
@@ -253,7 +292,7 @@ def plot(files: dict, path: str) -> str:
     return path
 
 
-def render(files: dict, summary: bool) -> list[str]:
+def render(files: dict, summary: bool, short: bool = False) -> list[str]:
     first = next(iter(files.values()), {})
     rows = gate_rows(first)
     r0 = rows[0]["row"] if rows else {}
@@ -261,6 +300,8 @@ def render(files: dict, summary: bool) -> list[str]:
            f"{(r0.get('date') or '?')[:10]}, commit {r0.get('commit', '?')}; "
            f"`{r0.get('command', '?')}`", ""]
     out += gate_table(rows) + ["", "Targets (issue 33; stated for an H100):"] + targets(rows)
+    if short:                                   # README: the other tables as one line each
+        return out + condensed(files)
     for path, cases in files.items():           # pairs within one run (one file) only
         for title, lines in (("Paged / contiguous time", pages_table(cases)),
                              ("bf16 / fp16 time", dtype_table(cases))):
@@ -314,10 +355,10 @@ def main(argv=None) -> int:
             print(f"plot: {drawn}")
         except ImportError as e:
             print(f"plot: not drawn ({e})")
-    if a.readme:            # the block: the tables, then the plot (linked from the README)
+    if a.readme:            # the block: the model table, one line per other table, the plot
         link = os.path.relpath(drawn, os.path.dirname(os.path.abspath(a.readme))) \
             if drawn else None
-        rewrite_readme(a.readme, lines + ([f"\n![served models' decode against a same-size "
+        rewrite_readme(a.readme, render(files, False, short=True) + ([f"\n![served models' decode against a same-size "
                                            f"copy]({link})"] if link else []))
     return 0
 
