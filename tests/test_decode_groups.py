@@ -157,6 +157,51 @@ def test_model_sets_and_qualifiers():
     assert FAMILY.parse(p.case_id) == p and "model=qwen2.5-7b" in p.display
 
 
+def test_gate_slice_and_pages_sets():
+    """models-gate: one shape of `models` per model, half in the form SDPA and TileGym
+    compute (contiguous, full, Sq 1), the other half covering all seven other variants;
+    models-pages: each shape contiguous and in 16/64/256-key pages, nothing else differing."""
+    from spak.families.decode_models import MODELS
+    full = {p.case_id for p in FAMILY.select(["models"], dtype="fp16")}
+    gate = FAMILY.select(["models-gate"], dtype="fp16")
+    assert [p.model for p in gate] == list(MODELS)
+    assert all(p.case_id in full for p in gate)
+    plain = [p for p in gate if not p.page and not p.ragged and p.Sq == 1]
+    assert len(plain) == len(MODELS) // 2
+    assert {(p.page, p.ragged, p.Sq) for p in gate if p not in plain} == {
+        (16, True, 1), (64, False, 4), (256, True, 1), (0, True, 4), (256, False, 1),
+        (16, False, 4), (64, True, 1)}
+    pages = FAMILY.select(["models-pages"], dtype="fp16")
+    by = {}
+    for p in pages:
+        by.setdefault((p.model, p.B, p.Hq, p.Hkv, p.Sk, p.D, p.Sq, p.ragged), set()).add(p.page)
+    assert len(by) >= 2 and all(v == {0, 16, 64, 256} for v in by.values())
+
+
+def test_gate_plan_tool_plans_every_case_and_notes_missing_peers():
+    """tools/decode_gate_plan.py on the gate slice: every case planned on stand-ins, the
+    same-size copy on every case, SDPA on exactly the contiguous full Sq-1 cases and a
+    note saying why everywhere else."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "decode_gate_plan.py"
+    spec = importlib.util.spec_from_file_location("decode_gate_plan", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    rows = tool.survey(["models-gate"], "fp16", sim=False)
+    assert len(rows) == 20 and not any("plan_error" in r for r in rows)
+    assert all(r["launches"] and "copy" in r["peers"] for r in rows)
+    for r in rows:
+        plain = r["layout"] == "contiguous" and not r["ragged"] and r["Sq"] == 1
+        assert ("sdpa-cudnn" in r["peers"]) == plain
+        assert plain or "no form" in r["peer_notes"]["sdpa"]
+    assert all(r["est_s"] >= r["est_warm_s"] > 0 for r in rows)
+    # a ragged contiguous cache (lens None, shorter sequences): no SDPA, no TileGym (they
+    # read the NaN past each length: H200 2026-11-28, phi3-mini, 21504 NaN outputs)
+    [r] = tool.survey(["8x32x4096x96/ragged/model=phi3-mini"], "fp16", sim=False)
+    assert r["peers"] == ["copy"] and {"sdpa", "tilegym"} <= set(r["peer_notes"])
+
+
 def test_spak_run_without_shapes_takes_the_family_sets(capsys):
     from spak.cli import main
     assert main(["run", "--family", "fmha_decode", "--list"]) == 0

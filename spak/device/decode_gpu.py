@@ -198,7 +198,9 @@ def decode_peers(p, names=None) -> dict:
     unknown = [n for n in wanted if n not in backends]
     if unknown:
         raise ValueError(f"unknown peer(s) {unknown} for fmha_decode; known: {list(backends)}")
-    same = not p.page and p.lens in (None, (p.Sk,) * p.B) and (p.Sq == 1 or not p.causal)
+    # seq_lens, not lens: a `ragged` problem has lens None and shorter sequences (the
+    # cache past them NaN), and SDPA on it gave NaN rows (H200, phi3-mini, 2026-11-28)
+    same = not p.page and p.seq_lens == (p.Sk,) * p.B and (p.Sq == 1 or not p.causal)
     if not same:
         return {}
 

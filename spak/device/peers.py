@@ -152,7 +152,7 @@ def _tilegym(fam, problem, sets) -> dict:
         return {"tilegym": PeerCall(run=lambda x: att.tile_fmha(
             x["q"], x["k"], x["v"], scaling=1.0 / math.sqrt(p.D), is_causal=p.causal))}
     if getattr(p, "varlen", False) or p.page or p.Sq != 1 or \
-            p.lens not in (None, (p.Sk,) * p.B):
+            tuple(p.seq_lens) != (p.Sk,) * p.B:           # ragged: lens None, shorter
         raise PeerMissing("tilegym: fmha_decode takes one query per sequence on a "
                           "contiguous full-length cache only")
     dec = _import_tilegym("tilegym.ops.cutile.flash_decode")

@@ -44,6 +44,13 @@ paged; dtype open): 13 head configurations x 4 = 52 shapes at batch 8 and 16k ke
 named by the first model of its configuration. What `spak sweep --family fmha_decode
 --shapes models-sweep` tunes.
 
+"models-gate": 20 shapes, one of "models" per model (models_gate says how they are
+picked: half of them contiguous with full lengths and one query, the form SDPA and TileGym
+have, the others each of the seven other variants in turn): the slice of the gate
+`spak run --family fmha_decode --shapes models` that one GPU times in about two minutes
+(tools/decode_gate_plan.py estimates both). "models-pages": two models' shapes contiguous
+and in 16-, 64- and 256-key pages (paged against contiguous).
+
 "models-small": 14 shapes for quick GPU runs, picked by hand to cover every group size
 (1, 2, 4, 5, 7, 8, 12, 16, 71), D 64 / 96 / 128 / 256, every layout, ragged lengths, Sq 4,
 batches 1-128 and caches 4k-64k.
@@ -51,7 +58,7 @@ batches 1-128 and caches 4k-64k.
 from __future__ import annotations
 
 __all__ = ["MODELS", "MAX_KV_BYTES", "models_set", "models_small", "models_sweep",
-           "ragged_lens"]
+           "models_gate", "models_pages", "ragged_lens"]
 
 #: name -> (Hq, Hkv, D), from the published configs (module docstring)
 MODELS: dict[str, tuple[int, int, int]] = {
@@ -94,15 +101,46 @@ def _fits(model, B, Sk) -> bool:
     return B * Sk * hkv * 2 * d * 2 <= MAX_KV_BYTES
 
 
+def _cells(model) -> list[tuple[int, int]]:
+    return [(b, s) for b in BATCHES for s in CACHES if _fits(model, b, s)]
+
+
 def models_set() -> list[str]:
     """Every model at every fitting (batch, cache), one rotated variant a cell."""
     out = []
     for m_i, model in enumerate(MODELS):
-        cells = [(b, s) for b in BATCHES for s in CACHES if _fits(model, b, s)]
-        for c_i, (b, s) in enumerate(cells):
+        for c_i, (b, s) in enumerate(_cells(model)):
             layout, ragged, sq = _ROTATION[(m_i + c_i) % len(_ROTATION)]
             out.append(_shape(model, b, s, layout, ragged, sq))
     return out
+
+
+def models_gate() -> list[str]:
+    """One shape of `models` per model (module docstring): even-numbered models a cell of
+    the first variant (contiguous, full lengths, Sq 1: the one SDPA and TileGym have a
+    form of), odd-numbered ones the other seven variants in turn; among the model's cells
+    of that variant, the one at (model index // 2) modulo their count, so batches and
+    cache lengths spread. Every shape is one of `models`, planned as there."""
+    out = []
+    for m_i, model in enumerate(MODELS):
+        want = 0 if m_i % 2 == 0 else 1 + (m_i // 2) % (len(_ROTATION) - 1)
+        cells = _cells(model)
+        picks = [c for c in range(len(cells)) if (m_i + c) % len(_ROTATION) == want]
+        b, s = cells[picks[(m_i // 2) % len(picks)]]
+        layout, ragged, sq = _ROTATION[want]
+        out.append(_shape(model, b, s, layout, ragged, sq))
+    return out
+
+
+#: models_pages' shapes: (model, batch, cache), one query, full lengths
+_PAGES = (("qwen2.5-7b", 8, 16384), ("llama3.1-8b", 32, 4096))
+
+
+def models_pages() -> list[str]:
+    """Paged against contiguous (issue 33's 5% / 10% target): each of _PAGES contiguous
+    and in 16-, 64- and 256-key pages, one query, every sequence full (dtype open)."""
+    return [_shape(m, b, s, layout) for m, b, s in _PAGES
+            for layout in ("", "/page16", "/page64", "/page256")]
 
 
 def models_sweep() -> list[str]:

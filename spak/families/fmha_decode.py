@@ -37,7 +37,8 @@ from spak.attention.problems import check_sizes
 from spak.core.errors import ShapeError
 from spak.core.metrics import gate_for, round_to_bf16
 from spak.families.base import KernelFamily
-from spak.families.decode_models import models_set, models_small, models_sweep
+from spak.families.decode_models import (models_gate, models_pages, models_set,
+                                         models_small, models_sweep)
 
 __all__ = ["DecodeProblem", "FmhaDecode", "FAMILY", "parse_problem", "SHAPE_SETS",
            "GRAMMAR_HELP", "decode_attention_f64"]
@@ -270,10 +271,13 @@ SHAPE_SETS: dict[str, list[str]] = {
     ],
     "bench": _bench(),
     # served models' head configurations (spak/families/decode_models.py: the configs, how
-    # the sample was chosen); "models-small" a quick subset of 14
+    # the sample was chosen); "models-small" a quick subset of 14; "models-gate" one shape
+    # of "models" per model (the gate's one-GPU slice); "models-pages" paged vs contiguous
     "models": models_set(),
     "models-small": models_small(),
     "models-sweep": models_sweep(),
+    "models-gate": models_gate(),
+    "models-pages": models_pages(),
     "varlen": [
         "4x8:2x40:60x64/causal/qlens=5:0:1:40/lens=7:3:0:60",
         "4x8:2x40:60x64/qlens=5:0:1:40/lens=7:3:0:60",
@@ -364,8 +368,11 @@ class FmhaDecode(KernelFamily):
     metric = "GB/s"
     space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
     store_fields = ("dtype", "head_dim", "group", "seq_q", "paged")
-    peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "flash_attn_with_kvcache",
-             "copy")
+    # every peer plug-in serving decode (spak.device.peers): `spak report` keeps their rows;
+    # `spak run`'s table has a column for each of run_peers (FlashInfer, which would share
+    # sdpa-flash's "flash" title, is on its provider line below each case)
+    peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "tilegym", "flashinfer", "copy")
+    run_peers = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "tilegym", "copy")
     entry_point = "spak.fmha_kvcache"
     shape_sets = SHAPE_SETS
     # the GPU sweep: tiles per (dtype, D, group, Sq, paged); the split count stays the
