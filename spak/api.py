@@ -770,6 +770,8 @@ class _Args(tuple):
     (inference) and ``train`` (with the LSE), each an api._Ready or None (not made yet)."""
     fwd = None
     train = None
+    bwd = None          # the prepared backward (spak.bwd_ready.BwdReady), found by _Train
+    bwd_gen = -1        # bwd_ready.GEN when it was found
 
 
 class _Ready:
@@ -851,16 +853,25 @@ class _Train(torch.autograd.Function):
         ctx.is_causal, ctx.scale, ctx.kernel = is_causal, scale, kernel
         # the backward's launcher found here, on the calling thread: the engine's device
         # thread, which runs the backward, pays more for each Python step (spak.bwd_ready)
-        ctx.rkey = ctx.ready = None
+        ctx.rkey = ctx.ready = ctx.grads = None
         # not under saved-tensor hooks (save_on_cpu, checkpoint offloading): what they
         # unpack need not be the contiguous tensors the launcher binds
         if (_CAN_SKIP_OP and attn_mask is None and kernel == "fused" and scale
                 and _bwd_ready.ENABLED and _saved_hooks is not None
                 and _saved_hooks(False) is None
                 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-            ctx.rkey = (q.shape, k.shape, v.shape, q.dtype, q.device, is_causal, scale,
-                        _STORE_SEEN[2])
-            ctx.ready = _bwd_ready.remembered(ctx.rkey)
+            # kept on args once found (args.bwd_gen: none forgotten since, bwd_ready.clear)
+            ready = args.bwd if args.bwd_gen == _bwd_ready.GEN[0] else None
+            if ready is None:
+                ctx.rkey = (q.shape, k.shape, v.shape, q.dtype, q.device, is_causal, scale,
+                            _STORE_SEEN[2])
+                ready = _bwd_ready.remembered(ctx.rkey)
+                if ready is not None:
+                    args.bwd, args.bwd_gen = ready, _bwd_ready.GEN[0]
+            if ready is not None:
+                ctx.ready = ready
+                # the gradients allocated here, on the calling thread (small problems)
+                ctx.grads = ready.grads(q, k, v)
         return out
 
     @staticmethod
@@ -875,7 +886,9 @@ class _Train(torch.autograd.Function):
                 or _tracing_state() is not None or _functorch_level() is not None
                 or _profiler_enabled()):
             q, k, v, out, lse, _ = ctx.saved_tensors
-            grads = ready.run(dout, q, k, v, out, lse)
+            grads = ctx.grads
+            ctx.grads = None     # given once (retain_graph); the context keeps no reference
+            grads = ready.run(dout, q, k, v, out, lse, grads)
             if grads is not None:
                 return grads + _NO_GRADS
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
@@ -902,7 +915,8 @@ def _remember_bwd(rkey, q, k, v, is_causal, scale) -> None:
     import spak.gpu.launch as gl
     tiles, hints = _bwd_config(q.device, q.dtype, q.shape[3], is_causal, k.shape[2])
     _bwd_ready.remember(rkey, q.device, gl.bwd_recipe(
-        "fused", q, k, v, causal=is_causal, scale=scale, tiles=tiles, hints=hints))
+        "fused", q, k, v, causal=is_causal, scale=scale, tiles=tiles, hints=hints),
+        grad_bytes=(q.numel() + k.numel() + v.numel()) * q.element_size())
 
 
 _fn_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")

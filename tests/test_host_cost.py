@@ -431,3 +431,68 @@ def test_a_double_backward_through_the_eager_training_path_raises(fake):
     penalty = dq.float().pow(2).sum() + q.float().sum()     # q's own term: differentiable
     with pytest.raises(RuntimeError, match="no autograd formula"):
         penalty.backward()
+
+
+def _allocs_in_backward(fn, monkeypatch):
+    """(gradient allocations made while api._Train.backward runs, made elsewhere) in one
+    call of fn: bwd_ready's empty_like recorded with where it was called from."""
+    import sys
+
+    from spak import bwd_ready
+    seen = []
+    real = bwd_ready._empty_like
+
+    def empty_like(t):
+        f, inside = sys._getframe(1), False
+        while f is not None:
+            inside = inside or f.f_code is api._Train.backward.__code__
+            f = f.f_back
+        seen.append(inside)
+        return real(t)
+    monkeypatch.setattr(bwd_ready, "_empty_like", empty_like)
+    fn()
+    monkeypatch.setattr(bwd_ready, "_empty_like", real)
+    return sum(seen), len(seen) - sum(seen)
+
+
+def test_the_forward_allocates_a_small_problems_gradients(fake, monkeypatch):
+    """Issue 34g: dq, dk, dv of a small problem are allocated by the forward (on the
+    calling thread), none by the backward (autograd's device thread on a GPU); over
+    bwd_ready.PREALLOC_BYTES, or with it 0, by the backward as before."""
+    from spak import bwd_ready
+    fn = hc.cases()["fmha fwd+bwd 1x2x16x64 causal"]
+    fn()
+    fn()
+    assert _allocs_in_backward(fn, monkeypatch) == (0, 3)
+    monkeypatch.setattr(bwd_ready, "PREALLOC_BYTES", 0)
+    bwd_ready.clear()                    # launchers made again, under the new size
+    fn()
+    fn()
+    assert _allocs_in_backward(fn, monkeypatch) == (3, 0)
+
+
+def test_preallocated_gradients_are_given_once(fake, monkeypatch):
+    """retain_graph: a second backward through the same forward gets fresh gradients,
+    never the buffers the first one handed to autograd (now someone's .grad); and the
+    first backward's gradient is the buffer the forward allocated (accumulated as is)."""
+    import spak
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 2, 16, 64, generator=g).half().requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(1, 2, 16, 64, generator=g).half()
+    for _ in range(2):                   # the first backward makes the launcher
+        spak.fmha(q, k, v, is_causal=True).backward(dout)
+    q.grad = k.grad = v.grad = None
+    out = spak.fmha(q, k, v, is_causal=True)
+    assert len(out.grad_fn.grads) == 3
+    pre = [t.data_ptr() for t in out.grad_fn.grads]      # no reference kept: stolen, not
+    import cuda.tile as ct                               # copied, by AccumulateGrad (the
+    with monkeypatch.context() as m:                     # fake's recorder would keep one)
+        m.setattr(ct, "launch", lambda *a: None)
+        out.backward(dout, retain_graph=True)
+    first = (q.grad, k.grad, v.grad)
+    assert [a.data_ptr() for a in first] == pre
+    assert out.grad_fn.grads is None     # the context gave them away
+    q.grad = k.grad = v.grad = None
+    out.backward(dout)
+    assert all(t.grad.data_ptr() != a.data_ptr() for t, a in zip((q, k, v), first))
