@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import time
 from typing import Optional
 
@@ -692,7 +693,7 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
     # of this block; the key's types exactly as _memo_key asks them (True is not 1, a
     # float zero scale is not keyed); the store version as _store_version() would answer
     # it (looked at again when STORE_RECHECK_S has passed or this process wrote a store)
-    if (not _is_compiling() and attn_mask is None and tiles is None
+    if (not _is_compiling() and INLINE and attn_mask is None and tiles is None
             and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
             and (is_causal is True or is_causal is False)
             and (enable_gqa is True or enable_gqa is False) and type(kernel) is str
@@ -760,6 +761,8 @@ def _general(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles):
 
 
 _is_compiling = torch.compiler.is_compiling
+#: SPAK_FMHA_INLINE=0: every call through _general (the A/B of tools/host_cost_bench.py)
+INLINE = os.environ.get("SPAK_FMHA_INLINE", "1") != "0"
 _empty = torch.empty
 _F32 = torch.float32
 

@@ -58,7 +58,7 @@ class BwdReady:
     torch's raw device, stream and capture getters (C functions; bound here, so that the
     backward on the engine's thread makes no lookup)."""
     __slots__ = ("dev", "device", "launches", "layout", "consts", "keep", "kept", "gl",
-                 "getdev", "getstream", "capturing", "prealloc")
+                 "getdev", "getstream", "capturing", "grad_bytes")
 
     def __init__(self, device, recipe, grad_bytes: int = 0):
         import spak.gpu.launch as gl
@@ -67,7 +67,7 @@ class BwdReady:
         self.launches, self.layout, self.consts = tuple(launches), layout, consts
         self.keep = 0 < layout[0] * 4 <= KEEP_WORK_BYTES
         self.kept: dict = {}
-        self.prealloc = 0 < grad_bytes <= PREALLOC_BYTES
+        self.grad_bytes = grad_bytes
         if device.type == "cuda":
             c = torch._C
             self.getdev = getattr(c, "_cuda_getDevice", None) or gl.current_device
@@ -82,9 +82,9 @@ class BwdReady:
 
     def grads(self, q, k, v):
         """(dq, dk, dv) for a later run(), allocated now (by the forward, on the calling
-        thread), or None: not for this signature (prealloc), or under CUDA-graph capture
-        (a graph's forward and backward may be captured apart)."""
-        if self.prealloc and not self.capturing():
+        thread), or None: not for this signature (over PREALLOC_BYTES), or under
+        CUDA-graph capture (a graph's forward and backward may be captured apart)."""
+        if 0 < self.grad_bytes <= PREALLOC_BYTES and not self.capturing():
             return _empty_like(q), _empty_like(k), _empty_like(v)
         return None
 

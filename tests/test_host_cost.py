@@ -465,9 +465,6 @@ def test_the_forward_allocates_a_small_problems_gradients(fake, monkeypatch):
     fn()
     assert _allocs_in_backward(fn, monkeypatch) == (0, 3)
     monkeypatch.setattr(bwd_ready, "PREALLOC_BYTES", 0)
-    bwd_ready.clear()                    # launchers made again, under the new size
-    fn()
-    fn()
     assert _allocs_in_backward(fn, monkeypatch) == (3, 0)
 
 
@@ -496,3 +493,20 @@ def test_preallocated_gradients_are_given_once(fake, monkeypatch):
     q.grad = k.grad = v.grad = None
     out.backward(dout)
     assert all(t.grad.data_ptr() != a.data_ptr() for t, a in zip((q, k, v), first))
+
+
+def test_the_inline_path_and_the_general_one_launch_the_same(fake, monkeypatch):
+    """api.INLINE off (SPAK_FMHA_INLINE=0, the GPU A/B's old path) runs the general path:
+    more calls, the same launch (kernel, grid, arguments)."""
+    fn = hc.cases()["fmha 1x2x16x64 causal"]
+    for _ in range(3):
+        fn()
+    fake.clear()
+    inline = hc.count_calls(fn)
+    monkeypatch.setattr(api, "INLINE", False)
+    general = hc.count_calls(fn)
+    assert general > inline + 4
+    (g1, k1, a1), (g2, k2, a2) = fake
+    assert g1 == g2 and k1 is k2 and len(a1) == len(a2)
+    assert all(x is y for x, y in zip(a1[:3], a2[:3]))           # q, k, v
+    assert a1[4] is a2[4] and a1[5:] == a2[5:]                   # dummy mask, constants
