@@ -510,3 +510,26 @@ def test_the_inline_path_and_the_general_one_launch_the_same(fake, monkeypatch):
     assert g1 == g2 and k1 is k2 and len(a1) == len(a2)
     assert all(x is y for x, y in zip(a1[:3], a2[:3]))           # q, k, v
     assert a1[4] is a2[4] and a1[5:] == a2[5:]                   # dummy mask, constants
+
+
+def test_host_cost_i34g_rows_run_and_restore_the_switches(fake):
+    """tools/host_cost_i34g.py (the GPU job of issue 34g) on CPU tensors: every SPAK row
+    times (SDPA's pinned backends and the sample need a GPU), the A/B switches come back,
+    and the launch counts are the budgets'."""
+    import importlib.util
+    from pathlib import Path
+
+    from spak import bwd_ready
+    path = Path(__file__).resolve().parents[1] / "tools" / "host_cost_i34g.py"
+    spec = importlib.util.spec_from_file_location("host_cost_i34g", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pre = bwd_ready.PREALLOC_BYTES
+    res = mod.hb.run_eager(torch, mod.rows(torch, torch.device("cpu")), 2, sync=lambda: None)
+    spak_rows = [k for k in res if "| spak" in k]
+    assert len(spak_rows) == 11
+    assert all(isinstance(res[k], float) and res[k] > 0 for k in spak_rows), res
+    assert api.INLINE and bwd_ready.PREALLOC_BYTES == pre
+    assert torch.autograd.is_multithreading_enabled()
+    counts = mod.launch_counts(torch, mod._cases(torch, torch.device("cpu")))
+    assert [c["launch"] for c in counts.values()] == [1, 4, 1, 1]
