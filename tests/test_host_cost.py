@@ -525,7 +525,9 @@ def test_host_cost_i34g_rows_run_and_restore_the_switches(fake):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     pre = bwd_ready.PREALLOC_BYTES
-    res = mod.hb.run_eager(torch, mod.rows(torch, torch.device("cpu")), 2, sync=lambda: None)
+    rows = {k: v for k, v in mod.rows(torch, torch.device("cpu")).items()
+            if "SDPA" not in k}                  # torch's CPU attention: seconds at 4x16x512
+    res = mod.hb.run_eager(torch, rows, 2, sync=lambda: None)
     spak_rows = [k for k in res if "| spak" in k]
     assert len(spak_rows) == 11
     assert all(isinstance(res[k], float) and res[k] > 0 for k in spak_rows), res
