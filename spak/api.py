@@ -719,10 +719,13 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
             else:
                 r = args.fwd if args.fwd is not None else _attach(args, q, k, v, False)
                 if r is not None and r.getdev() == r.dev:
-                    out = _empty(r.shape, dtype=r.dtype, device=r.device)
+                    q = q.contiguous()
+                    # empty_like parses no size, dtype or device: half torch.empty's cost
+                    out = _empty_like(q) if r.like else _empty(r.shape, dtype=r.dtype,
+                                                                 device=r.device)
                     try:    # a new specialisation (another alignment) may compile here
                         r.gl.ct.launch(r.getstream(r.dev), r.grid, r.kernel,
-                                       (q.contiguous(), k.contiguous(), v.contiguous(), out,
+                                       (q, k.contiguous(), v.contiguous(), out,
                                         r.dummy) + r.tail)
                     except Exception as exc:
                         explained = _explained(exc, q.device)
@@ -764,6 +767,7 @@ _is_compiling = torch.compiler.is_compiling
 #: SPAK_FMHA_INLINE=0: every call through _general (the A/B of tools/host_cost_bench.py)
 INLINE = os.environ.get("SPAK_FMHA_INLINE", "1") != "0"
 _empty = torch.empty
+_empty_like = torch.empty_like
 _F32 = torch.float32
 
 
@@ -779,15 +783,17 @@ class _Args(tuple):
 
 class _Ready:
     """A forward launch made before (_forward's _READY entry), with what fmha needs to
-    make it again: out's shape and dtype, the LSE's shape, the raw device and stream
+    make it again: out's shape and dtype (and whether it is q's), the LSE's shape, the raw device and stream
     getters (C functions on a GPU, bound here: no lookup per call)."""
     __slots__ = ("dev", "device", "shape", "dtype", "lse_shape", "gl", "grid", "kernel",
-                 "dummy", "tail", "getdev", "getstream")
+                 "dummy", "tail", "getdev", "getstream", "like")
 
     def __init__(self, q, entry):
         dev, self.shape, gl, self.grid, self.kernel, self.dummy, self.tail = entry
         self.dev, self.device, self.dtype, self.gl = dev, q.device, q.dtype, gl
         self.lse_shape = tuple(q.shape[:3])
+        # out is q's shape (Dv == D): torch.empty_like of the contiguous q allocates it
+        self.like = self.shape == tuple(q.shape)
         getdev = getattr(torch._C, "_cuda_getDevice", None)
         getstream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if q.device.type == "cuda" and getdev is not None and getstream is not None:
@@ -840,11 +846,13 @@ class _Train(torch.autograd.Function):
         if r is not None and attn_mask is None and r.getdev() == r.dev:
             # launched before: the LSE and out allocated, one launch (_forward's work)
             lse = _empty(r.lse_shape, dtype=_F32, device=r.device)
-            out = _empty(r.shape, dtype=r.dtype, device=r.device)
+            qc = q.contiguous()
+            out = _empty_like(qc) if r.like else _empty(r.shape, dtype=r.dtype,
+                                                         device=r.device)
             try:
                 r.gl.ct.launch(r.getstream(r.dev), r.grid, r.kernel,
-                               (q.contiguous(), k.contiguous(), v.contiguous(), out,
-                                r.dummy, lse) + r.tail)
+                               (qc, k.contiguous(), v.contiguous(), out, r.dummy, lse)
+                               + r.tail)
             except Exception as exc:
                 explained = _explained(exc, q.device)
                 if explained is exc:

@@ -289,9 +289,9 @@ def test_the_count_sees_one_more_op(fake, monkeypatch):
     fn()
     fn()
     base = hc.count_calls(fn)
-    real = api._empty
-    monkeypatch.setattr(api, "_empty", lambda *a, **kw: (torch.is_grad_enabled(),
-                                                          real(*a, **kw))[1])
+    real = api._empty_like
+    monkeypatch.setattr(api, "_empty_like", lambda *a, **kw: (torch.is_grad_enabled(),
+                                                               real(*a, **kw))[1])
     # lambdas and comprehensions are not counted themselves, what they call is: one more
     assert hc.count_calls(fn) == base + 1
 
@@ -535,3 +535,22 @@ def test_host_cost_i34g_rows_run_and_restore_the_switches(fake):
     assert torch.autograd.is_multithreading_enabled()
     counts = mod.launch_counts(torch, mod._cases(torch, torch.device("cpu")))
     assert [c["launch"] for c in counts.values()] == [1, 4, 1, 1]
+
+
+@pytest.mark.parametrize("Dv", [64, 32])
+def test_the_inline_paths_output_is_contiguous_and_shaped(fake, Dv):
+    """The inline path's out (torch.empty_like of the contiguous q when Dv == D, else
+    torch.empty): [B, Hq, Sq, Dv], q's dtype, contiguous, also for a non-contiguous q of
+    the same shape (its copy is what the launch reads)."""
+    import spak
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 2, 16, 64, generator=g).half()
+    k = torch.randn(1, 2, 16, 64, generator=g).half()
+    v = torch.randn(1, 2, 16, Dv, generator=g).half()
+    qt = torch.randn(1, 2, 64, 16, generator=g).half().transpose(2, 3)    # not contiguous
+    for x in (q, q, q, qt):
+        fake.clear()
+        out = spak.fmha(x, k, v, is_causal=True)
+        assert out.shape == (1, 2, 16, Dv) and out.dtype == q.dtype and out.is_contiguous()
+        (_, _, args), = fake
+        assert args[3] is out and args[0].is_contiguous() and torch.equal(args[0], x)
