@@ -272,15 +272,17 @@ def _prepare(key, q, k, v, cu_q, out, tail) -> None:
         return
     if len(_READY) >= 512:
         _READY.clear()
-    _READY[key] = Prepared(q.device, out, templates, _ORDER)
+    _READY[key] = Prepared(q.device, out, templates, _ORDER, like=q)
 
 
 def _launch_ready(ready, q, k, v, cu_q, cu_k):
     """_impl's work for a Prepared call: out, or None (another device is current)."""
     if cu_q.dtype != _INT32:
         cu_q, cu_k = cu_q.to(_INT32), cu_k.to(_INT32)
-    out = torch.empty(ready.shape, dtype=ready.dtype, device=ready.device)
-    if ready.launch((q.contiguous(), k.contiguous(), v.contiguous(), cu_q.contiguous(),
+    q = q.contiguous()
+    out = _empty_like(q) if ready.like else torch.empty(ready.shape, dtype=ready.dtype,
+                                                         device=ready.device)
+    if ready.launch((q, k.contiguous(), v.contiguous(), cu_q.contiguous(),
                      cu_k.contiguous(), out)):
         return out
     return None
@@ -288,6 +290,7 @@ def _launch_ready(ready, q, k, v, cu_q, cu_k):
 
 _INT32 = torch.int32
 _Tensor = torch.Tensor
+_empty_like = torch.empty_like
 
 
 _VALIDATED: dict = {}
