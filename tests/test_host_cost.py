@@ -97,7 +97,8 @@ def test_a_repeated_eager_call_stays_within_its_device_side_budget(fake, name):
 #: the backward node 187 us a step on the main thread, 363 on the engine's; issue 34).
 #: 40 before the prepared backward (spak.bwd_ready): _plain_eager, _bwd_impl's contiguous
 #: copies and allocations, _bwd_config, _on_device, fmha_bwd_into's key and pool
-BACKWARD_BUDGET = 26
+#: 26 -> 23 (issue 34g): dq, dk, dv of a small problem allocated by the forward
+BACKWARD_BUDGET = 23
 
 
 def test_the_backward_runs_little_python_on_the_engines_thread(fake, monkeypatch):
