@@ -764,6 +764,19 @@ def _general(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles):
 
 
 _is_compiling = torch.compiler.is_compiling
+
+
+def _plain_and_fresh() -> bool:
+    """For spak.fmha_kvcache's and spak.fmha_varlen's inline paths (issue 34g): not under
+    torch.compile (first: Dynamo folds it), no mode, trace, transform or profiler
+    (_plain_eager's tests but the tensors' types, which the caller makes), and the store
+    version _STORE_SEEN[2] is what _store_version() would answer now."""
+    return (not _is_compiling() and _CAN_SKIP_OP
+            and _monotonic() - _STORE_SEEN[0] < STORE_RECHECK_S
+            and _STORE_SEEN[1] == tuned.WRITES[0]
+            and not (_torch_function_mode() or _dispatch_modes()
+                     or _tracing_state() is not None or _functorch_level() is not None
+                     or _profiler_enabled()))
 #: SPAK_FMHA_INLINE=0: every call through _general (the A/B of tools/host_cost_bench.py)
 INLINE = os.environ.get("SPAK_FMHA_INLINE", "1") != "0"
 _empty = torch.empty
