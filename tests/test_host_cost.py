@@ -557,3 +557,31 @@ def test_the_inline_paths_output_is_contiguous_and_shaped(fake, Dv):
         assert out.shape == (1, 2, 16, Dv) and out.dtype == q.dtype and out.is_contiguous()
         (_, _, args), = fake
         assert args[3] is out and args[0].is_contiguous() and torch.equal(args[0], x)
+
+
+@pytest.mark.parametrize("name,op", [("fmha 1x2x16x64 causal", "spak.fmha_fwd"),
+                                     ("fmha_kvcache 1x1x32:8 x256", "spak.fmha_kvcache"),
+                                     ("fmha_varlen 2 seqs (16, 24) x2x64 causal",
+                                      "spak.fmha_varlen")])
+def test_a_mode_still_sees_the_op_after_the_inline_path_is_ready(fake, name, op):
+    """The inline paths (issue 34g) are for plain eager calls only: once a signature's
+    launch is ready, a call under a dispatch mode still goes through the custom op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+    fn = hc.cases()[name]
+    for _ in range(3):
+        fn()
+    fake.clear()
+    fn()
+    assert len(fake) == 1                     # the inline path launched
+    with Seen() as mode:
+        fn()
+    assert any(o.startswith(op) for o in mode.ops), mode.ops
