@@ -777,7 +777,8 @@ def _plain_and_fresh() -> bool:
             and not (_torch_function_mode() or _dispatch_modes()
                      or _tracing_state() is not None or _functorch_level() is not None
                      or _profiler_enabled()))
-#: SPAK_FMHA_INLINE=0: every call through _general (the A/B of tools/host_cost_bench.py)
+#: SPAK_FMHA_INLINE=0: spak.fmha's every call through _general, and spak.fmha_kvcache's
+#: and spak.fmha_varlen's through their memo (the A/B of tools/host_cost_i34g.py)
 INLINE = os.environ.get("SPAK_FMHA_INLINE", "1") != "0"
 _empty = torch.empty
 _empty_like = torch.empty_like

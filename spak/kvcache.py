@@ -523,7 +523,8 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
     # a repeated plain eager call launched before (one split), tested inline (issue 34g):
     # _memo_key's tests and key without its calls (tensors' and arguments' exact types,
     # no grad, a tensor cache_seqlens; an int one is made a tensor on the general path)
-    if (PREPARED and tiles is None and (is_causal is True or is_causal is False)
+    if (PREPARED and _api.INLINE and tiles is None
+            and (is_causal is True or is_causal is False)
             and (scale is None or type(scale) is float and scale != 0.0
                  or type(scale) is int)
             and (num_splits is None or type(num_splits) is int)

@@ -216,7 +216,8 @@ def fmha_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     """softmax(q K^T * scale) V per packed sequence; see the module docstring."""
     # a repeated plain eager call launched before, tested inline (issue 34g): _memo_key's
     # tests and key without its calls (the tensors' types, exact argument types, no grad)
-    if (PREPARED and tiles is None and (is_causal is True or is_causal is False)
+    if (PREPARED and _api.INLINE and tiles is None
+            and (is_causal is True or is_causal is False)
             and type(max_seqlen_q) is int and type(max_seqlen_k) is int
             and (scale is None or type(scale) is float and scale != 0.0
                  or type(scale) is int)

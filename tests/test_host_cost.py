@@ -532,7 +532,7 @@ def test_host_cost_i34g_rows_run_and_restore_the_switches(fake):
             if "SDPA" not in k}                  # torch's CPU attention: seconds at 4x16x512
     res = mod.hb.run_eager(torch, rows, 2, sync=lambda: None)
     spak_rows = [k for k in res if "| spak" in k]
-    assert len(spak_rows) == 11
+    assert len(spak_rows) == 13
     assert all(isinstance(res[k], float) and res[k] > 0 for k in spak_rows), res
     assert api.INLINE and bwd_ready.PREALLOC_BYTES == pre
     assert torch.autograd.is_multithreading_enabled()

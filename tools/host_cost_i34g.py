@@ -8,8 +8,8 @@ Parts, each written to DIR/host_cost.json + host_cost.md as soon as it is done, 
 failing soft:
   1. eager rows (tools/host_cost_bench.eager_us: n calls back to back, one synchronize,
      best of 3 loops after 50 warm-up calls): spak.fmha 1x2x16x64 and 4x16x512x64 causal
-     (new inline path; old: api.INLINE off), spak.fmha_kvcache 1x32:8 x 256 keys,
-     spak.fmha_varlen 2 seqs, forward + backward 1x2x16x64 causal (new; the gradients
+     (new inline path; old: api.INLINE off), spak.fmha_kvcache 1x32:8 x 256 keys and
+     spak.fmha_varlen 2 seqs (the same A/B), forward + backward 1x2x16x64 causal (new; the gradients
      allocated by the backward again: bwd_ready.PREALLOC_BYTES 0; the old inline path off;
      autograd's multithreading off), each beside SDPA cuDNN / flash / default and, for
      spak.fmha, NVIDIA's sample (+ torch.empty_like(out)) when .peers has it;
@@ -59,6 +59,8 @@ def rows(torch, dev):
     lens = torch.tensor([256], dtype=torch.int32, device=dev)
     t = "kvcache 1x1x32:8 x256"
     r[f"{t} | spak"] = lambda: spak.fmha_kvcache(qd, kc, vc, lens)
+    r[f"{t} | spak old path (api.INLINE off)"] = hb._with(
+        old, lambda: spak.fmha_kvcache(qd, kc, vc, lens))
     qs, ks, vs = (x.transpose(1, 2).contiguous() for x in (qd, kc, vc))
     r.update(hb._sdpa_rows(torch, F, t, lambda: F.scaled_dot_product_attention(
         qs, ks, vs, enable_gqa=True)))
@@ -66,6 +68,8 @@ def rows(torch, dev):
     cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=dev)
     t = "varlen 2 seqs (16, 24) x2x64 causal"
     r[f"{t} | spak"] = lambda: spak.fmha_varlen(qv, kv, vv, cu, cu, 24, 24, is_causal=True)
+    r[f"{t} | spak old path (api.INLINE off)"] = hb._with(old, lambda: spak.fmha_varlen(
+        qv, kv, vv, cu, cu, 24, 24, is_causal=True))
     qp, kp, vp = (hb._rand(torch, dev, 2, 2, 24, 64) for _ in range(3))
     r.update(hb._sdpa_rows(torch, F, f"{t} (SDPA: padded 2x2x24)",
                            lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)))
