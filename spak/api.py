@@ -821,8 +821,8 @@ def _attach(args, q, k, v, lse: bool):
     """The _Ready for a memoised signature whose forward _forward launched before (its
     _READY entry), kept on args (``train`` with the LSE, else ``fwd``); None if none."""
     entry = _READY.get((q.shape, k.shape, v.shape, q.dtype, q.device) + tuple(args[1:])
-                       + (not lse,)) if args[0] is None and args[2] and args[4] and args[5] \
-        else None
+                       + (not lse,)) if (args[0] is None and args[3] == "fused" and args[2]
+                                         and args[4] and args[5]) else None
     if entry is None:
         return None
     r = _Ready(q, entry)
