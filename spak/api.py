@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import time
 from typing import Optional
 
@@ -685,14 +686,67 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
 
     See the module docstring for the arguments; returns [B, Hq, Sq, Dv] in q's dtype.
     """
+    # long: the repeated plain eager call is inlined here (issue 34): _plain_eager's and
+    # _memo_key's tests and the launch made before, with no Python call between them
+    # (each costs ~0.5-1 us of host time, the GPU work of a tiny call is ~5 us).
+    # torch.compiler.is_compiling() first: Dynamo folds it to True and traces nothing else
+    # of this block; the key's types exactly as _memo_key asks them (True is not 1, a
+    # float zero scale is not keyed); the store version as _store_version() would answer
+    # it (looked at again when STORE_RECHECK_S has passed or this process wrote a store)
+    if (not _is_compiling() and INLINE and attn_mask is None and tiles is None
+            and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and (is_causal is True or is_causal is False)
+            and (enable_gqa is True or enable_gqa is False) and type(kernel) is str
+            and (scale is None or type(scale) is float and scale != 0.0
+                 or type(scale) is int)
+            and _monotonic() - _STORE_SEEN[0] < STORE_RECHECK_S
+            and _STORE_SEEN[1] == tuned.WRITES[0]
+            and _CAN_SKIP_OP and not (_torch_function_mode() or _dispatch_modes()
+                                      or _tracing_state() is not None
+                                      or _functorch_level() is not None
+                                      or _profiler_enabled())):
+        try:
+            key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
+                   v.device, is_causal, scale, enable_gqa, kernel, _STORE_SEEN[2])
+        except RuntimeError:        # e.g. a nested tensor has no .shape: validate() says why
+            key = None
+        args = _VALIDATED.get(key) if key is not None else None
+        if args is not None:
+            if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                            or v.requires_grad):
+                if args.train is not None:       # the training forward launched before
+                    return _train_apply(q, k, v, args)
+            else:
+                r = args.fwd if args.fwd is not None else _attach(args, q, k, v, False)
+                if r is not None and r.getdev() == r.dev:
+                    q = q.contiguous()
+                    # empty_like parses no size, dtype or device: half torch.empty's cost
+                    out = _empty_like(q) if r.like else _empty(r.shape, dtype=r.dtype,
+                                                                 device=r.device)
+                    try:    # a new specialisation (another alignment) may compile here
+                        r.gl.ct.launch(r.getstream(r.dev), r.grid, r.kernel,
+                                       (q, k.contiguous(), v.contiguous(), out,
+                                        r.dummy) + r.tail)
+                    except Exception as exc:
+                        explained = _explained(exc, q.device)
+                        if explained is exc:
+                            raise
+                        raise explained from exc
+                    return out
+    return _general(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles)
+
+
+def _general(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles):
+    """fmha's every other call: the ops (compile, tracing, modes, subclasses, transforms;
+    every call validated), or the memo (validated once per signature) and the bodies."""
     if not _plain_eager(q, k, v, attn_mask):
-        # compile, tracing, modes, subclasses, transforms: every call validated, the op
         return torch.ops.spak.fmha(q, k, v, *_op_args(q, k, v, attn_mask, is_causal, scale,
                                                       enable_gqa, kernel, tiles))
     key = _memo_key(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles)
     args = _VALIDATED.get(key) if key is not None else None
     if args is None:
-        args = _op_args(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles)
+        args = _Args(_op_args(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel,
+                              tiles))
         if key is not None:
             if len(_VALIDATED) >= 512:          # many distinct signatures: start over
                 _VALIDATED.clear()
@@ -701,9 +755,91 @@ def fmha(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None,
             attn_mask is not None and attn_mask.requires_grad)):
         if args[3] == "fused" and (attn_mask is None or not attn_mask.requires_grad) and (
                 _BWD_AVAILABLE or backward_available()):
-            return _train_apply(q, k, v, args)         # the custom ops' work, one layer
+            out = _train_apply(q, k, v, args)          # the custom ops' work, one layer
+            if key is not None and args.train is None:
+                _attach(args, q, k, v, True)
+            return out
         return torch.ops.spak.fmha(q, k, v, *args)     # autograd: the op records the backward
     return _impl(q, k, v, *args)
+
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def _plain_and_fresh() -> bool:
+    """For spak.fmha_kvcache's and spak.fmha_varlen's inline paths (issue 34g): not under
+    torch.compile (first: Dynamo folds it), no mode, trace, transform or profiler
+    (_plain_eager's tests but the tensors' types, which the caller makes), and the store
+    version _STORE_SEEN[2] is what _store_version() would answer now."""
+    return (not _is_compiling() and _CAN_SKIP_OP
+            and _monotonic() - _STORE_SEEN[0] < STORE_RECHECK_S
+            and _STORE_SEEN[1] == tuned.WRITES[0]
+            and not (_torch_function_mode() or _dispatch_modes()
+                     or _tracing_state() is not None or _functorch_level() is not None
+                     or _profiler_enabled()))
+#: SPAK_FMHA_INLINE=0: spak.fmha's every call through _general, and spak.fmha_kvcache's
+#: and spak.fmha_varlen's through their memo (the A/B of tools/host_cost_i34g.py)
+INLINE = os.environ.get("SPAK_FMHA_INLINE", "1") != "0"
+_empty = torch.empty
+_empty_like = torch.empty_like
+_F32 = torch.float32
+
+
+class _Args(tuple):
+    """A _VALIDATED entry: torch.ops.spak.fmha's arguments after q, k, v (the tuple), and
+    the launches later calls of this signature make without the general path: ``fwd``
+    (inference) and ``train`` (with the LSE), each an api._Ready or None (not made yet)."""
+    fwd = None
+    train = None
+    bwd = None          # the prepared backward (spak.bwd_ready.BwdReady), found by _Train
+    bwd_gen = -1        # bwd_ready.GEN when it was found
+
+
+class _Ready:
+    """A forward launch made before (_forward's _READY entry), with what fmha needs to
+    make it again: out's shape and dtype (and whether it is q's), the LSE's shape, the raw device and stream
+    getters (C functions on a GPU, bound here: no lookup per call)."""
+    __slots__ = ("dev", "device", "shape", "dtype", "lse_shape", "gl", "grid", "kernel",
+                 "dummy", "tail", "getdev", "getstream", "like")
+
+    def __init__(self, q, entry):
+        dev, self.shape, gl, self.grid, self.kernel, self.dummy, self.tail = entry
+        self.dev, self.device, self.dtype, self.gl = dev, q.device, q.dtype, gl
+        self.lse_shape = tuple(q.shape[:3])
+        # out is q's shape (Dv == D): torch.empty_like of the contiguous q allocates it
+        self.like = self.shape == tuple(q.shape)
+        getdev = getattr(torch._C, "_cuda_getDevice", None)
+        getstream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if q.device.type == "cuda" and getdev is not None and getstream is not None:
+            self.getdev, self.getstream = getdev, getstream
+        else:       # CPU tensors (the simulator's tests, the host-cost fake patch gl's)
+            self.getdev = lambda: gl.current_device()
+            self.getstream = lambda dev: gl.current_raw_stream(dev)
+
+
+def _attach(args, q, k, v, lse: bool):
+    """The _Ready for a memoised signature whose forward _forward launched before (its
+    _READY entry), kept on args (``train`` with the LSE, else ``fwd``); None if none."""
+    entry = _READY.get((q.shape, k.shape, v.shape, q.dtype, q.device) + tuple(args[1:])
+                       + (not lse,)) if (args[0] is None and args[3] == "fused" and args[2]
+                                         and args[4] and args[5]) else None
+    if entry is None:
+        return None
+    r = _Ready(q, entry)
+    if lse:
+        args.train = r
+    else:
+        args.fwd = r
+    return r
+
+
+def _explained(exc, device):
+    """A cuTile compile error with the set-up diagnosis (spak.device.env); any other
+    error as it is."""
+    from spak.device import env as gpu_env
+    if gpu_env.is_compile_error(exc):
+        return gpu_env.explain(exc, arch=device_arch(device))
+    return exc
 
 
 class _Train(torch.autograd.Function):
@@ -716,22 +852,51 @@ class _Train(torch.autograd.Function):
     autograd), or with create_graph=True, goes through torch.ops.spak.fmha_bwd."""
 
     @staticmethod
-    def forward(ctx, q, k, v, attn_mask, is_causal, scale, kernel, *config):
-        out, lse = _train_impl(q, k, v, attn_mask, is_causal, scale, kernel, *config)
+    def forward(ctx, q, k, v, attn_mask, args):
+        # args: the op arguments after q, k, v (an _Args; attn_mask is args[0], passed
+        # apart so that autograd and functorch see it as an input, as Function.apply did)
+        is_causal, scale, kernel = args[1], args[2], args[3]
+        r = args.train
+        if r is not None and attn_mask is None and r.getdev() == r.dev:
+            # launched before: the LSE and out allocated, one launch (_forward's work)
+            lse = _empty(r.lse_shape, dtype=_F32, device=r.device)
+            qc = q.contiguous()
+            out = _empty_like(qc) if r.like else _empty(r.shape, dtype=r.dtype,
+                                                         device=r.device)
+            try:
+                r.gl.ct.launch(r.getstream(r.dev), r.grid, r.kernel,
+                               (qc, k.contiguous(), v.contiguous(), out, r.dummy, lse)
+                               + r.tail)
+            except Exception as exc:
+                explained = _explained(exc, q.device)
+                if explained is exc:
+                    raise
+                raise explained from exc
+        else:
+            out, lse = _train_impl(q, k, v, attn_mask, *args[1:])
         ctx.save_for_backward(q, k, v, out, lse, attn_mask)
         ctx.is_causal, ctx.scale, ctx.kernel = is_causal, scale, kernel
         # the backward's launcher found here, on the calling thread: the engine's device
         # thread, which runs the backward, pays more for each Python step (spak.bwd_ready)
-        ctx.rkey = ctx.ready = None
+        ctx.rkey = ctx.ready = ctx.grads = None
         # not under saved-tensor hooks (save_on_cpu, checkpoint offloading): what they
         # unpack need not be the contiguous tensors the launcher binds
         if (_CAN_SKIP_OP and attn_mask is None and kernel == "fused" and scale
                 and _bwd_ready.ENABLED and _saved_hooks is not None
                 and _saved_hooks(False) is None
                 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-            ctx.rkey = (q.shape, k.shape, v.shape, q.dtype, q.device, is_causal, scale,
-                        _STORE_SEEN[2])
-            ctx.ready = _bwd_ready.remembered(ctx.rkey)
+            # kept on args once found (args.bwd_gen: none forgotten since, bwd_ready.clear)
+            ready = args.bwd if args.bwd_gen == _bwd_ready.GEN[0] else None
+            if ready is None:
+                ctx.rkey = (q.shape, k.shape, v.shape, q.dtype, q.device, is_causal, scale,
+                            _STORE_SEEN[2])
+                ready = _bwd_ready.remembered(ctx.rkey)
+                if ready is not None:
+                    args.bwd, args.bwd_gen = ready, _bwd_ready.GEN[0]
+            if ready is not None:
+                ctx.ready = ready
+                # the gradients allocated here, on the calling thread (small problems)
+                ctx.grads = ready.grads(q, k, v)
         return out
 
     @staticmethod
@@ -746,7 +911,9 @@ class _Train(torch.autograd.Function):
                 or _tracing_state() is not None or _functorch_level() is not None
                 or _profiler_enabled()):
             q, k, v, out, lse, _ = ctx.saved_tensors
-            grads = ready.run(dout, q, k, v, out, lse)
+            grads = ctx.grads
+            ctx.grads = None     # given once (retain_graph); the context keeps no reference
+            grads = ready.run(dout, q, k, v, out, lse, grads)
             if grads is not None:
                 return grads + _NO_GRADS
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
@@ -763,7 +930,7 @@ class _Train(torch.autograd.Function):
         return (dq, dk, dv) + _NO_GRADS
 
 
-_NO_GRADS = (None,) * 10
+_NO_GRADS = (None, None)     # attn_mask, args
 _saved_hooks = getattr(getattr(torch._C, "_autograd", None),
                        "_top_saved_tensors_default_hooks", None)
 
@@ -773,7 +940,8 @@ def _remember_bwd(rkey, q, k, v, is_causal, scale) -> None:
     import spak.gpu.launch as gl
     tiles, hints = _bwd_config(q.device, q.dtype, q.shape[3], is_causal, k.shape[2])
     _bwd_ready.remember(rkey, q.device, gl.bwd_recipe(
-        "fused", q, k, v, causal=is_causal, scale=scale, tiles=tiles, hints=hints))
+        "fused", q, k, v, causal=is_causal, scale=scale, tiles=tiles, hints=hints),
+        grad_bytes=(q.numel() + k.numel() + v.numel()) * q.element_size())
 
 
 _fn_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
@@ -786,15 +954,16 @@ _TRAIN_C_APPLY = (_fn_apply.__get__(None, _Train)
 
 
 def _train_apply(q, k, v, args):
-    """_Train.apply(q, k, v, *args) without Function.apply's Python layer (issue 34):
-    _Train defines no setup_context, so that layer only unwraps dead functorch wrappers,
-    over all 13 arguments in a generator, before the C apply; only q, k and v can be
-    tensors that need it (attn_mask is None on this path or a plain tensor passed on, as
-    Function.apply would after unwrapping it too). Under a functorch transform, or on a
-    torch without these entry points, Function.apply itself."""
+    """_Train.apply(q, k, v, args[0], args) without Function.apply's Python layer (issue
+    34): _Train defines no setup_context, so that layer only unwraps dead functorch
+    wrappers, over all its arguments in a generator, before the C apply; only q, k, v and
+    the mask can be tensors that need it (the mask None on this path or a plain tensor
+    passed on, as Function.apply would after unwrapping it too). Under a functorch
+    transform, or on a torch without these entry points, Function.apply itself."""
     if _TRAIN_C_APPLY is None or _transforms_active():
-        return _Train.apply(q, k, v, *args)
+        return _Train.apply(q, k, v, args[0], args)
     mask = args[0]
     if mask is not None:
-        args = (_unwrap_if_dead(mask),) + args[1:]
-    return _TRAIN_C_APPLY(_unwrap_if_dead(q), _unwrap_if_dead(k), _unwrap_if_dead(v), *args)
+        mask = _unwrap_if_dead(mask)
+    return _TRAIN_C_APPLY(_unwrap_if_dead(q), _unwrap_if_dead(k), _unwrap_if_dead(v), mask,
+                          args)

@@ -29,6 +29,14 @@ ENABLED = os.environ.get("SPAK_BWD_READY", "1") != "0"
 #: a backward's float32 workspace (delta and the log2 LSE, 8 bytes a query row) is kept
 #: between steps up to this size; a larger one is allocated each step as before
 KEEP_WORK_BYTES = 4 << 20
+#: the gradients dq, dk, dv allocated by the forward (on the calling thread), not by the
+#: backward (on autograd's device thread, where each step costs more: see above), when
+#: together at most this many bytes (the tiny problems whose step is host-bound; SPAK_BWD_
+#: PREALLOC_BYTES=0: off). They then live from the forward to the backward: 3 more
+#: tensors per recorded call, q's, k's and v's sizes, as SDPA's own backward buffers do not
+PREALLOC_BYTES = int(os.environ.get("SPAK_BWD_PREALLOC_BYTES", str(1 << 20)))
+#: bumped by clear(): a launcher a caller kept (api._Args.bwd) is looked up again
+GEN = [0]
 #: kept workspaces per call signature: one per (stream, thread) that ran its backward
 MAX_KEPT = 8
 #: all kept workspaces together at most this many bytes (then allocated each step)
@@ -50,15 +58,16 @@ class BwdReady:
     torch's raw device, stream and capture getters (C functions; bound here, so that the
     backward on the engine's thread makes no lookup)."""
     __slots__ = ("dev", "device", "launches", "layout", "consts", "keep", "kept", "gl",
-                 "getdev", "getstream", "capturing")
+                 "getdev", "getstream", "capturing", "grad_bytes")
 
-    def __init__(self, device, recipe):
+    def __init__(self, device, recipe, grad_bytes: int = 0):
         import spak.gpu.launch as gl
         launches, layout, consts = recipe
         self.dev, self.device, self.gl = device.index, device, gl
         self.launches, self.layout, self.consts = tuple(launches), layout, consts
         self.keep = 0 < layout[0] * 4 <= KEEP_WORK_BYTES
         self.kept: dict = {}
+        self.grad_bytes = grad_bytes
         if device.type == "cuda":
             c = torch._C
             self.getdev = getattr(c, "_cuda_getDevice", None) or gl.current_device
@@ -71,9 +80,18 @@ class BwdReady:
             self.getstream = lambda dev: gl.current_raw_stream(dev)
             self.capturing = _never
 
-    def run(self, dout, q, k, v, out, lse):
-        """(dq, dk, dv), launched on the current stream; None when another device is
-        current (the general path has the device guard). The workspaces: kept per
+    def grads(self, q, k, v):
+        """(dq, dk, dv) for a later run(), allocated now (by the forward, on the calling
+        thread), or None: not for this signature (over PREALLOC_BYTES), or under
+        CUDA-graph capture (a graph's forward and backward may be captured apart)."""
+        if 0 < self.grad_bytes <= PREALLOC_BYTES and not self.capturing():
+            return _empty_like(q), _empty_like(k), _empty_like(v)
+        return None
+
+    def run(self, dout, q, k, v, out, lse, grads=None):
+        """(dq, dk, dv), launched on the current stream, into ``grads`` when given (from
+        grads(); each given once); None when another device is current (the general path
+        has the device guard). The workspaces: kept per
         (stream, thread), so that the launches of two steps on one stream are ordered by
         it and two threads never share one; fresh under CUDA-graph capture (a graph must
         own what it reads) and when large."""
@@ -92,7 +110,10 @@ class BwdReady:
                     _KEPT_BYTES[0] += size
         else:
             work = tuple(self.gl.workspaces(self.layout, self.device))
-        dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+        if grads is None:
+            dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+        else:
+            dq, dk, dv = grads
         pool = (q, k, v, out, dout.contiguous(), lse, dq, dk, dv) + work + self.consts
         launch = self.gl.ct.launch
         try:                # a new specialisation (another alignment) may compile here
@@ -115,13 +136,15 @@ def remembered(key):
     return _READY.get(key) if ENABLED else None
 
 
-def remember(key, device, recipe) -> None:
-    """Keep a BwdReady for `key` from gpu.launch's backward recipe (None: nothing)."""
+def remember(key, device, recipe, grad_bytes: int = 0) -> None:
+    """Keep a BwdReady for `key` from gpu.launch's backward recipe (None: nothing);
+    grad_bytes: dq's, dk's and v's bytes together (BwdReady.grads allocates them when
+    at most PREALLOC_BYTES)."""
     if recipe is None or not ENABLED:
         return
     if len(_READY) >= 512:                  # many distinct shapes: start over
         clear()
-    _READY[key] = BwdReady(device, recipe)
+    _READY[key] = BwdReady(device, recipe, grad_bytes)
 
 
 def clear() -> None:
@@ -129,3 +152,4 @@ def clear() -> None:
     held by a recorded graph keeps its workspaces until that graph is freed)."""
     _READY.clear()
     _KEPT_BYTES[0] = 0
+    GEN[0] += 1
