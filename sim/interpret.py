@@ -24,7 +24,7 @@ import numpy as np
 import cuda.tile as ct
 
 from . import cuda_as_cpu as _cuda_as_cpu
-from . import dtypes
+from . import cuda_graph, dtypes, launch_memo
 from .memory import SimArray
 
 _state = {"real": None, "options": {}, "stream": None, "is_cuda": False}
@@ -144,17 +144,25 @@ def is_enabled() -> bool:
 
 
 def launch(stream, grid, kernel, kernel_args, /, *, programmatic_dependent_launch=False):
-    """cuTile's launch signature, run by sim.launch; returns its LaunchReport."""
-    from .launch import launch as sim_launch
+    """cuTile's launch signature, run by sim.launch; returns its LaunchReport. Inside a CUDA
+    graph capture it is also recorded (sim.cuda_graph); a launch equal to an earlier one
+    restores that one's result (sim.launch_memo)."""
     if not isinstance(kernel_args, (tuple, list)):
         raise TypeError(f"ct.launch: kernel_args must be a tuple, got {type(kernel_args).__name__}")
+    with cuda_graph.recorded_launch(launch, (stream, grid, kernel, kernel_args)):
+        return _launch(grid, kernel, kernel_args)
+
+
+def _launch(grid, kernel, kernel_args):
+    from .launch import launch as sim_launch
     args, write_back = [], []
     for i, a in enumerate(kernel_args):
         args.append(_as_sim(a, i, write_back))
     opts = dict(_state["options"])
     check = opts.pop("check", True)
     try:
-        report = sim_launch(kernel, grid, args, check=False, **opts)
+        report = launch_memo.run(kernel, grid, args, opts,
+                                 lambda: sim_launch(kernel, grid, args, check=False, **opts))
         stats["launches"] += 1
         stats["seconds"] += report.seconds
         if check:
@@ -211,6 +219,8 @@ def _is_torch_tensor(a) -> bool:
 def _as_sim(a, i, write_back):
     if isinstance(a, (list, tuple)) and a and all(_is_torch_tensor(x) for x in a):
         return [_as_sim(x, i, write_back) for x in a]      # a list of arrays argument
+    if isinstance(a, np.ndarray) and a.flags.c_contiguous and dtypes.known_numpy(a.dtype):
+        return SimArray(a)          # the launch memo reads its write record afterwards
     if not _is_torch_tensor(a):
         return a
     if a.device.type != "cpu":
@@ -231,7 +241,7 @@ def _as_sim(a, i, write_back):
     if dt not in dtypes.STORAGE:
         raise TypeError(f"ct.launch (spak sim interpreter): argument {i} has dtype {a.dtype}, "
                         "which the simulator does not hold")
-    return t.numpy()
+    return SimArray(t.numpy())      # shared memory; named after the kernel's parameter
 
 
 def _fp8_codes(t):
