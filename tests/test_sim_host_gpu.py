@@ -58,11 +58,13 @@ def test_seeds_streams_and_events(gpu):
     e1.record()
     e1.synchronize()
     assert 0.0 <= e0.elapsed_time(e1) < 1e4                  # host wall ms
-    with pytest.raises(SimNotSupported, match="CUDA graph"):
-        torch.cuda.CUDAGraph()
     # a class, so code that only names it imports (transformers annotates with
-    # `torch.cuda.CUDAGraph | None`; a function there stopped TileGym's test_rope collecting)
+    # `torch.cuda.CUDAGraph | None`; a function there stopped TileGym's test_rope collecting);
+    # capture and replay: tests/test_sim_cuda_graph.py
     assert isinstance(torch.cuda.CUDAGraph | None, types.UnionType)
+    assert isinstance(torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph)
+    with pytest.raises(SimNotSupported, match="make_graphed_callables"):
+        torch.cuda.make_graphed_callables(lambda t: t, (torch.ones(1),))
 
 
 def test_moves_copy_as_on_a_gpu(gpu):
