@@ -21,7 +21,8 @@ plugin, `python -m spak.sim`), `torch.cuda` answers as one simulated GPU of the 
 
 `torch.cuda._sleep` (a GPU spin that only delays the stream) and
 `torch._C._cuda_clearCublasWorkspaces` do nothing. CUDA graphs (CUDAGraph, graph,
-graph_pool_handle, is_current_stream_capturing) are recorded and replayed by sim.cuda_graph.
+graph_pool_handle, is_current_stream_capturing) are recorded and replayed by sim.cuda_graph;
+torch.profiler's CUDA activity reports the simulated launches (sim.profiler).
 What cannot be emulated raises SimNotSupported naming it (make_graphed_callables).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import time
 import types
 
-from . import cuda_graph
+from . import cuda_graph, profiler
 from .errors import SimNotSupported
 
 # (compute capability, SM count, name) per model: an H100 SXM, an RTX 5070 and an L4
@@ -230,6 +231,7 @@ def enable(model="sm_90", stream_value=None) -> bool:
     # and the real call must not be the first to touch the absent device)
     _saved["__c__"] = getattr(torch._C, "_cuda_clearCublasWorkspaces", missing)
     torch._C._cuda_clearCublasWorkspaces = lambda: None
+    profiler.enable()                   # ProfilerActivity.CUDA: the simulated launches
     return True
 
 
@@ -237,6 +239,7 @@ def disable() -> None:
     if not _saved:
         return
     import torch
+    profiler.disable()
     missing = _saved.pop("__missing__")
     c = _saved.pop("__c__", missing)
     if c is missing:

@@ -24,7 +24,7 @@ import numpy as np
 import cuda.tile as ct
 
 from . import cuda_as_cpu as _cuda_as_cpu
-from . import cuda_graph, dtypes, launch_memo
+from . import cuda_graph, dtypes, launch_memo, profiler
 from .memory import SimArray
 
 _state = {"real": None, "options": {}, "stream": None, "is_cuda": False}
@@ -165,6 +165,7 @@ def _launch(grid, kernel, kernel_args):
                                  lambda: sim_launch(kernel, grid, args, check=False, **opts))
         stats["launches"] += 1
         stats["seconds"] += report.seconds
+        profiler.note_launch(report.kernel, report.seconds)
         if check:
             _check(report)
         return report

@@ -167,3 +167,25 @@ def test_tf32_matmul_reference_as_cublas(gpu):
         assert (torch.mm(a, b).double() - exact).abs().max() < 1e-4
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_profiler_cuda_activity_reports_simulated_launches(gpu):
+    # TileGym's benchmark_fn_cupti sums self_device_time_total of the CUDA events and refuses 0
+    from torch.profiler import ProfilerActivity, profile
+    x = torch.randn(4, 64, device="cuda")
+    y = torch.empty_like(x)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            ct.launch(None, (4,), _double_rows, (x, y))
+    cuda = [e for e in prof.key_averages() if str(e.device_type) == "DeviceType.CUDA"]
+    assert [e.key for e in cuda] == ["_double_rows"] and cuda[0].count == 2
+    assert cuda[0].self_device_time_total > 0
+    assert torch.equal(y, x * 2)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:   # no CUDA asked: none added
+        ct.launch(None, (4,), _double_rows, (x, y))
+    assert not [e for e in prof.key_averages() if str(e.device_type) == "DeviceType.CUDA"]
+
+
+@ct.kernel
+def _double_rows(X, Y):
+    ct.store(Y, (ct.bid(0), 0), ct.load(X, (ct.bid(0), 0), (1, 64)) * 2.0)
