@@ -1,0 +1,177 @@
+"""Plan a TileGym whole-suite run from an earlier one's join (issue 37): which ids each side
+runs, in what order, and how long the CPU side is expected to take.
+
+    python tools/tilegym_cpu_plan.py JOIN_TSV OUT_DIR [--window S] [--cores N]
+
+writes OUT_DIR/all_ids.txt (the join's ids), OUT_DIR/cpu_ids.txt (every id that passed on the GPU, in the CPU side's queue order),
+OUT_DIR/gpu_ids.txt (the GPU ids that did not pass or skip: failed, killed, not run),
+OUT_DIR/gpu_prev.tsv (the earlier GPU outcomes as tools/pytest_queue.py rows, so the join
+counts them) and OUT_DIR/plan.tsv (expected CPU seconds and why), and prints the load.
+
+CPU order: ids expected to finish within the window, longest first (the long ones start
+while every core is free; the short ones fill the gaps at the end), then the ids expected to
+run past the window, shortest first (they run only if cores free up: started first, each
+would hold a core for the whole window and still not finish).
+
+Expected seconds: the earlier CPU time of a test that passed there; else a model per family
+fitted to CPU runs of this branch (sim.launch_memo and sim.cuda_graph: one simulated launch
+per distinct input, plus the float64/torch reference): GEMM-like work at MM_GFLOPS, attention
+at ATTN_GFLOPS (both CPU-side rates of one process, simulator and reference together).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+
+MM_GFLOPS = 1.0        # matmul/bmm test_perf, one process (fitted: see plan_note)
+ATTN_GFLOPS = 1.0      # attention-family test_perf
+BASE_S = 6.0           # pytest start, TileGym import, the torch reference at small sizes
+FAMILY_S = {           # measured or bounded per family (seconds, one process)
+    "test_dropout.py": 10, "test_layer_norm_legacy.py::Test_LayerNorm": 8,
+    "test_layer_norm_legacy.py::Test_PersistentLayerNorm": 30, "test_flash_decode.py": 15,
+    "test_mla_decoding.py": 35, "test_gemma_attention_decode.py": 40,
+    "activation/test_geglu.py": 60, "test_chunk_gated_delta_rule.py": 60,
+}
+
+
+def _params(nid):
+    m = re.search(r"\[(.*)\]$", nid)
+    return m.group(1).split("-") if m else []
+
+
+def _ints(parts):
+    out = []
+    for p in parts:
+        try:
+            out.append(int(p))
+        except ValueError:
+            pass
+    return out
+
+
+def _matmul(nid):
+    p = _params(nid)
+    if "test_perf_llm" in nid:
+        m, n, k = _ints(p)[:3]
+        return 2.0 * m * n * k
+    dims = _ints(p)
+    m, n, k = dims[0], dims[1], dims[2]
+    return 2.0 * m * n * k
+
+
+def _bmm(nid):
+    b, m, n, k = _ints(_params(nid))[:4]
+    return 2.0 * b * m * n * k
+
+
+def _attention(nid):
+    p = _params(nid)
+    if "test_perf_llm" in nid:    # cutile-dtype-llama-B-H-S-D, causal
+        b, h, s, d = _ints(p)[:4]
+        return 4.0 * b * h * s * s * d * 0.5
+    causal = p[1] == "True"       # cutile-causal-B-H-S-D-dtype
+    b, h, s, d = (int(x) for x in p[2:6])
+    return 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+
+
+def _mla(nid):
+    p = _params(nid)              # cutile-causal-B-H-S-D-DR-dtype
+    causal = p[1] == "True"
+    b, h, s, d, dr = (int(x) for x in p[2:7])
+    return 2.0 * b * h * s * s * (2 * d + dr) * (0.5 if causal else 1.0)
+
+
+def _sink(nid):
+    p = _params(nid)              # cutile-dtype-B-Sq-Sk-KVH-G-D-window
+    b, sq, sk, kvh, g, d = (int(x) for x in p[2:8])
+    return 4.0 * b * kvh * g * sq * sk * d
+
+
+def _gemma(nid):
+    p = _params(nid)              # cutile-B-H-KVH-S-D-window-softcap-dtype
+    b, h, _kvh, s, d = (int(x) for x in p[1:6])
+    return 4.0 * b * h * s * s * d * 0.5
+
+
+FLOPS = [("test_matmul.py", _matmul, "MM"), ("test_bmm.py", _bmm, "MM"),
+         ("test_attention.py::", _attention, "ATTN"), ("test_mla.py::", _mla, "ATTN"),
+         ("test_attention_sink.py::", _sink, "ATTN"),
+         ("test_gemma_attention.py::", _gemma, "ATTN")]
+
+
+def expected(nid, cpu_out, cpu_s):
+    """(seconds, why) of one id on one CPU process."""
+    if cpu_out == "PASSED" and cpu_s > 0:
+        return cpu_s, "earlier CPU pass"
+    for key, fn, kind in FLOPS:
+        if key in nid and "::test_perf" in nid:
+            try:
+                gf = fn(nid) / 1e9
+            except (ValueError, IndexError):
+                return 60.0, "unparsed parameters: 60 s"
+            rate = MM_GFLOPS if kind == "MM" else ATTN_GFLOPS
+            return BASE_S + gf / rate, f"{gf:.0f} GFLOP at {rate} GFLOP/s ({kind})"
+    for key, s in FAMILY_S.items():
+        if key in nid:
+            return float(s), "family"
+    if cpu_out == "TIMEOUT" or cpu_out == "FAILED":
+        return max(cpu_s, 120.0) * 1.5, f"earlier CPU {cpu_out} at {cpu_s:.0f} s"
+    return 60.0, "unknown: 60 s"
+
+
+def read_join(path):
+    rows = []
+    with open(path) as f:
+        next(f)
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            rows.append((p[0], p[1], float(p[2] or 0), p[3], p[4], float(p[5] or 0)))
+    return rows
+
+
+def plan(rows, window):
+    gpu_pass = [(r[0], *expected(r[0], r[4], r[5])) for r in rows if r[1] == "PASSED"]
+    fits = sorted((x for x in gpu_pass if x[1] <= window), key=lambda x: -x[1])
+    late = sorted((x for x in gpu_pass if x[1] > window), key=lambda x: x[1])
+    gpu_again = [r[0] for r in rows if r[1] not in ("PASSED", "SKIPPED")]
+    return fits, late, gpu_again
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("join")
+    ap.add_argument("out")
+    ap.add_argument("--window", type=float, default=440.0,
+                    help="seconds a CPU process has for tests (default 440)")
+    ap.add_argument("--cores", type=int, default=56, help="CPU-side processes (default 56)")
+    a = ap.parse_args(argv)
+    rows = read_join(a.join)
+    fits, late, gpu_again = plan(rows, a.window)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "cpu_ids.txt"), "w") as f:
+        f.writelines(f"{n}\n" for n, _s, _w in fits + late)
+    with open(os.path.join(a.out, "all_ids.txt"), "w") as f:
+        f.writelines(f"{r[0]}\n" for r in rows)
+    with open(os.path.join(a.out, "gpu_ids.txt"), "w") as f:
+        f.writelines(f"{n}\n" for n in gpu_again)
+    with open(os.path.join(a.out, "gpu_prev.tsv"), "w") as f:
+        f.writelines(f"{r[1]}\t{r[2]:.2f}\t{r[0]}\t{r[3]}\n" for r in rows
+                     if r[1] in ("PASSED", "SKIPPED", "FAILED", "ERROR"))
+    with open(os.path.join(a.out, "plan.tsv"), "w") as f:
+        f.write("node_id\texpected_s\twhy\n")
+        f.writelines(f"{n}\t{s:.0f}\t{w}\n" for n, s, w in fits + late)
+    load = sum(s for _n, s, _w in fits)
+    print(f"GPU passes: {len(fits) + len(late)}; expected to fit a {a.window:.0f} s window: "
+          f"{len(fits)} ({load:.0f} CPU-s, {load / a.cores:.0f} s over {a.cores} processes; "
+          f"longest {fits[0][1]:.0f} s); past it: {len(late)}")
+    print(f"GPU side reruns {len(gpu_again)} ids (failed, killed or not run before)")
+    need = math.ceil(0.95 * (len(fits) + len(late)))
+    print(f"95% of the GPU passes is {need}: at most {len(fits) + len(late) - need} may miss")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
