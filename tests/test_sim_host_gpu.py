@@ -189,3 +189,20 @@ def test_profiler_cuda_activity_reports_simulated_launches(gpu):
 @ct.kernel
 def _double_rows(X, Y):
     ct.store(Y, (ct.bid(0), 0), ct.load(X, (ct.bid(0), 0), (1, 64)) * 2.0)
+
+
+def test_half_matmul_reference_as_cublas(gpu):
+    # fp16/bf16 products of "cuda" tensors: float32 sums rounded once (cuBLAS), not CPU
+    # torch's half GEMM (same sums, 100x slower); autograd flows through
+    g = torch.Generator().manual_seed(11)
+    for dt in (torch.float16, torch.bfloat16):
+        a = torch.randn(3, 64, 96, generator=g).to(dt).cuda().requires_grad_()
+        b = torch.randn(3, 96, 48, generator=g).to(dt).cuda()
+        out = torch.bmm(a, b)
+        assert out.dtype == dt and out.shape == (3, 64, 48)
+        exact = a.detach().double() @ b.double()
+        ulp = exact.abs().clamp_min(1e-3) * (2.0 ** -10 if dt == torch.float16 else 2.0 ** -7)
+        assert torch.all((out.detach().double() - exact).abs() <= ulp)
+        out.sum().backward()
+        assert torch.allclose(a.grad.double(), b.double().sum(-1)[:, None, :].expand(3, 64, 96),
+                              rtol=2e-2, atol=2e-2)
