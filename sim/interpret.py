@@ -86,6 +86,19 @@ def enable(*, model="sm_90", check=True, mode="auto", cpu_stream=True,
     if interpreter_summary:
         from . import oob
         oob.install_exit_summary()
+        _install_launch_summary()
+
+
+def _install_launch_summary():
+    """At exit: launches simulated and the launch memo's hits (interpreter mode's summary)."""
+    if _state.get("summary"):
+        return
+    import atexit
+    import sys
+    _state["summary"] = True
+    atexit.register(lambda: stats["launches"] and print(
+        f"spak sim: {stats['launches']} kernel launch(es) in {stats['seconds']:.1f} s; "
+        f"{launch_memo.summary()}", file=sys.stderr))
 
 
 def _model_name(model) -> str:

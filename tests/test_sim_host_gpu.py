@@ -134,6 +134,7 @@ def test_python_m_spak_sim_runs_a_gpu_program(tmp_path):
     assert "ok NVIDIA H100 (spak sim sm_90)" in r.stdout
     # block 3 loaded a tile wholly past the end: padding, and a finding at exit
     assert "out-of-bounds tile access" in r.stderr and "block (3, 0, 0)" in r.stderr
+    assert "1 kernel launch(es)" in r.stderr and "launch memo: 0 hit(s), 1 simulated" in r.stderr
     r = _run(["-m", "spak.sim", "prog.py"], tmp_path, SPAK_SIM_STRICT="1")
     assert r.returncode != 0 and "lies entirely outside" in r.stderr
 
@@ -147,6 +148,7 @@ def test_spak_sim_environment_and_pytest_entry(tmp_path):
              tmp_path)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
     assert "spak sim: out-of-bounds tile accesses" in r.stdout
+    assert "launch memo: 0 hit(s), 1 simulated" in r.stdout
 
 
 def test_tf32_matmul_reference_as_cublas(gpu):
