@@ -133,11 +133,18 @@ def read_join(path):
 
 
 def plan(rows, window):
-    gpu_pass = [(r[0], *expected(r[0], r[4], r[5])) for r in rows if r[1] == "PASSED"]
-    fits = sorted((x for x in gpu_pass if x[1] <= window), key=lambda x: -x[1])
-    late = sorted((x for x in gpu_pass if x[1] > window), key=lambda x: x[1])
+    """(fits, late, gpu_again): the GPU passes expected to fit the window (longest first),
+    then the ids the GPU side runs again (a new GPU pass needs its CPU outcome too; longest
+    first); then every id expected past the window (shortest first)."""
+    est = {r[0]: expected(r[0], r[4], r[5]) for r in rows if r[1] != "SKIPPED"}
+    gpu_pass = [r[0] for r in rows if r[1] == "PASSED"]
     gpu_again = [r[0] for r in rows if r[1] not in ("PASSED", "SKIPPED")]
-    return fits, late, gpu_again
+
+    def fit(ids):
+        return sorted(((n, *est[n]) for n in ids if est[n][0] <= window), key=lambda x: -x[1])
+    late = sorted(((n, *est[n]) for n in gpu_pass + gpu_again if est[n][0] > window),
+                  key=lambda x: x[1])
+    return fit(gpu_pass), fit(gpu_again), late, gpu_again
 
 
 def main(argv=None):
@@ -149,10 +156,10 @@ def main(argv=None):
     ap.add_argument("--cores", type=int, default=56, help="CPU-side processes (default 56)")
     a = ap.parse_args(argv)
     rows = read_join(a.join)
-    fits, late, gpu_again = plan(rows, a.window)
+    fits, again, late, gpu_again = plan(rows, a.window)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "cpu_ids.txt"), "w") as f:
-        f.writelines(f"{n}\n" for n, _s, _w in fits + late)
+        f.writelines(f"{n}\n" for n, _s, _w in fits + again + late)
     with open(os.path.join(a.out, "all_ids.txt"), "w") as f:
         f.writelines(f"{r[0]}\n" for r in rows)
     with open(os.path.join(a.out, "gpu_ids.txt"), "w") as f:
@@ -162,14 +169,18 @@ def main(argv=None):
                      if r[1] in ("PASSED", "SKIPPED", "FAILED", "ERROR"))
     with open(os.path.join(a.out, "plan.tsv"), "w") as f:
         f.write("node_id\texpected_s\twhy\n")
-        f.writelines(f"{n}\t{s:.0f}\t{w}\n" for n, s, w in fits + late)
-    load = sum(s for _n, s, _w in fits)
-    print(f"GPU passes: {len(fits) + len(late)}; expected to fit a {a.window:.0f} s window: "
-          f"{len(fits)} ({load:.0f} CPU-s, {load / a.cores:.0f} s over {a.cores} processes; "
-          f"longest {fits[0][1]:.0f} s); past it: {len(late)}")
-    print(f"GPU side reruns {len(gpu_again)} ids (failed, killed or not run before)")
-    need = math.ceil(0.95 * (len(fits) + len(late)))
-    print(f"95% of the GPU passes is {need}: at most {len(fits) + len(late) - need} may miss")
+        f.writelines(f"{n}\t{s:.0f}\t{w}\n" for n, s, w in fits + again + late)
+    n_pass = sum(1 for r in rows if r[1] == "PASSED")
+    load, load2 = sum(x[1] for x in fits), sum(x[1] for x in again)
+    print(f"GPU passes: {n_pass}; expected to fit a {a.window:.0f} s window: {len(fits)} "
+          f"({load:.0f} CPU-s, {load / a.cores:.0f} s over {a.cores} processes; longest "
+          f"{fits[0][1]:.0f} s); past it: {n_pass - len(fits)}")
+    print(f"GPU side reruns {len(gpu_again)} ids (failed, killed or not run before); the CPU "
+          f"side runs the {len(again)} of them expected to fit next ({load2:.0f} CPU-s), then "
+          f"the {len(late)} ids expected past the window")
+    need = math.ceil(0.95 * n_pass)
+    print(f"95% of the {n_pass} GPU passes is {need}: at most {n_pass - need} may miss "
+          f"(expected to miss at least {n_pass - len(fits)})")
     return 0
 
 

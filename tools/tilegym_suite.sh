@@ -22,7 +22,7 @@
 #   IDS=FILE       run these ids (one a line) instead of the collected cutile set
 #   CPU_ORDER=1    the CPU side takes CPU_IDS in its own order (tools/tilegym_cpu_plan.py)
 #   GPU_PREV=FILE  earlier GPU rows for the join (ids this GPU side does not rerun)
-#   CPU_NICE       prefix of the CPU-side processes (default "nice -n 19": GPU compiles first)
+#   CPU_NICE       prefix of the CPU-side processes (default "nice -n 10": GPU compiles first)
 #   EXTRA="F1 F2"  files copied into the archive
 #   GPU_IDS=FILE / CPU_IDS=FILE   one side runs only these ids (in the run order), e.g. a
 #                  second call: the GPU side the ids a first call left, the CPU side its GPU passes
@@ -58,9 +58,9 @@ ng=0; for g in $GPUS; do ng=$((ng + 1)); done
 # by default the cores the GPU processes leave (4 spare), at most 30
 CPU_SHARDS=${CPU_SHARDS:-$(n=$(( $(nproc) - ng * P - 4 )); (( n > 30 )) && n=30; (( n < 2 )) && n=2; echo $n)}
 CPU_TIMEOUT=${SPAK_SIM_TEST_TIMEOUT:-120}
-# CPU_NICE="nice -n 19" (default): the CPU side yields to the GPU side's tileiras compiles
+# CPU_NICE="nice -n 10" (default): the CPU side yields to the GPU side's tileiras compiles
 # (TileGym's own 5 s compile limit failed 77 GPU tests on a host loaded by 58 processes)
-CPU_NICE=${CPU_NICE-nice -n 19}
+CPU_NICE=${CPU_NICE-nice -n 10}
 left() { echo $((END - $(date +%s))); }
 archive() { [[ -n ${EXTRA:-} ]] && cp $EXTRA "$W/" 2>/dev/null; tar -C "$W" -czf "$OUT/i37.tar.gz" . 2>/dev/null; echo "i37: archive $OUT/i37.tar.gz ($(( $(date +%s) - T0 )) s)"; }
 if [[ ! -d $TG/tests/ops || ! -d $TG/src/tilegym ]]; then
