@@ -156,9 +156,6 @@ class CUDAGraph:
     """torch.cuda.CUDAGraph in interpreter mode (module doc): capture_begin/capture_end
     record, replay() re-runs, reset() forgets, pool() names the graph's (notional) pool."""
 
-    def __new__(cls, keep_graph=False):
-        return super().__new__(cls)
-
     def __init__(self, keep_graph=False):
         self._record: list = []
         self._new: set = set()

@@ -29,6 +29,7 @@ interpreter mode (sim.interpret.launch); sim.launch itself never memoises.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import os
 import time
@@ -93,9 +94,16 @@ def _scalar_key(a):
         return tuple(_scalar_key(x) for x in a)
     if isinstance(a, np.generic):
         return (a.dtype.str, a.tobytes())
-    if isinstance(a, (bool, int, float, str, type(None))):
-        return (type(a).__name__, repr(a))
+    if isinstance(a, (bool, int, float, str, type(None), enum.Enum)) or _is_dtype(a):
+        return (type(a).__qualname__, repr(a))
     return None                     # anything else: not memoised (unknown identity)
+
+
+def _is_dtype(a) -> bool:
+    """A torch or cuTile dtype (constants kernels take): named by its repr."""
+    t = type(a)
+    return (t.__module__ == "torch" and t.__name__ == "dtype") or t.__module__.startswith(
+        "cuda.tile") and t.__name__ == "DType"
 
 
 def _span(a: SimArray):

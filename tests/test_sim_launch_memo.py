@@ -150,3 +150,12 @@ def test_lru_evicts_by_bytes(interp, monkeypatch):
     y = _run_affine(xs[0], 1.5)                        # evicted: simulated again, correct
     assert launch_memo.stats["misses"] == 6
     assert torch.allclose(y.double(), _affine_ref(xs[0], 1.5), rtol=1e-6, atol=1e-6)
+
+
+def test_dtype_and_enum_constants_are_keys():
+    key = launch_memo._scalar_key
+    assert key(torch.float16) != key(torch.bfloat16) and key(torch.float16) is not None
+    assert key(ct.float16) != key(ct.bfloat16) and key(ct.float16) is not None
+    assert key(ct.PaddingMode.ZERO) != key(ct.PaddingMode.NAN)
+    assert key(object()) is None                       # unknown identity: not memoised
+    assert key(1) != key(True) and key(1.0) != key(1)
