@@ -20,7 +20,8 @@ gathers, atomics mark their array: SimArray._read_bits). A later launch matches 
 the arrays in that entry's read set hash the same (sha256; only those are hashed for a hit).
 
 Not memoised: cooperative-mode launches (atomics: the order of blocks may matter), launches
-that print from the kernel (a hit would not print), launches that raised, and in strict mode
+that print from the kernel (a hit would not print), launches that raised, a kernel whose first
+STOP_AFTER stored launches were never hit (a new seed each call), and in strict mode
 (SPAK_SIM_STRICT=1) a hit whose launch had out-of-bounds accesses is simulated again (it raises).
 
 SPAK_SIM_MEMO_MB: the memo's size (LRU by bytes held; default 2048; 0 turns it off). On in
@@ -45,6 +46,10 @@ stats = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "bytes": 0}
 _table: OrderedDict = OrderedDict()     # (signature, read set, their hashes) -> _Entry
 _read_sets: dict = {}                   # signature -> read sets seen for it
 _keep: dict = {}                        # id(kernel) -> kernel (ids stay unique while kept)
+_use: dict = {}                         # id(kernel) -> [entries stored, hits]
+# a kernel whose first STOP_AFTER stored launches were never hit stops being stored (TileGym's
+# dropout draws a new seed each call: 256 MiB outputs copied and held for nothing)
+STOP_AFTER = 4
 
 
 @dataclasses.dataclass
@@ -68,6 +73,7 @@ def clear() -> None:
     _table.clear()
     _read_sets.clear()
     _keep.clear()
+    _use.clear()
     stats.update(hits=0, misses=0, stored=0, evicted=0, bytes=0)
 
 
@@ -174,6 +180,7 @@ def run(kernel, grid, args, options, simulate):
         if entry is not None and not (oob.strict() and entry.oob_calls):
             _table.move_to_end(key)
             stats["hits"] += 1
+            _use.setdefault(id(kernel), [0, 0])[1] += 1
             return _restore(entry, arrays, t0)
     stats["misses"] += 1
     return _simulate_and_store(kernel, sig, arrays, digests.all(), simulate, cap)
@@ -194,7 +201,9 @@ def _simulate_and_store(kernel, sig, arrays, digests, simulate, cap):
     prints = ops.PRINTS[0]
     with oob.tap() as calls:
         report = simulate()
-    if report.mode != "lockstep" or ops.PRINTS[0] != prints:
+    use = _use.setdefault(id(kernel), [0, 0])
+    _keep[id(kernel)] = kernel
+    if report.mode != "lockstep" or ops.PRINTS[0] != prints or use == [STOP_AFTER, 0]:
         return report
     reads = tuple(i for i, a in enumerate(arrays) if a._root._was_read)
     effects, nbytes = [], 0
@@ -212,8 +221,8 @@ def _simulate_and_store(kernel, sig, arrays, digests, simulate, cap):
         return report
     key = (sig, reads, tuple(digests[i] for i in reads))
     _read_sets.setdefault(sig, set()).add(reads)
-    _keep[id(kernel)] = kernel
     _table[key] = _Entry(effects, report, list(calls), nbytes)
+    use[0] = min(use[0] + 1, STOP_AFTER)
     stats["stored"] += 1
     stats["bytes"] += nbytes
     _evict(cap)

@@ -159,3 +159,13 @@ def test_dtype_and_enum_constants_are_keys():
     assert key(ct.PaddingMode.ZERO) != key(ct.PaddingMode.NAN)
     assert key(object()) is None                       # unknown identity: not memoised
     assert key(1) != key(True) and key(1.0) != key(1)
+
+
+def test_a_kernel_never_hit_stops_being_stored(interp):
+    # a new scalar each call (TileGym's dropout seed): nothing to gain from holding outputs
+    x = _rand(4, T, seed=20)
+    for i in range(launch_memo.STOP_AFTER + 3):
+        y = _run_affine(x, 1.0 + i)
+        assert torch.allclose(y.double(), _affine_ref(x, 1.0 + i), rtol=1e-6, atol=1e-6)
+    assert launch_memo.stats["stored"] == launch_memo.STOP_AFTER
+    assert launch_memo.stats["misses"] == launch_memo.STOP_AFTER + 3
