@@ -170,3 +170,12 @@ def test_a_kernel_never_hit_stops_being_stored(interp):
         assert torch.allclose(y.double(), _affine_ref(x, 1.0 + i), rtol=1e-6, atol=1e-6)
     assert launch_memo.stats["stored"] == launch_memo.STOP_AFTER
     assert launch_memo.stats["misses"] == launch_memo.STOP_AFTER + 3
+
+
+def test_interpreted_autotuner_tries_the_largest_tiles_first():
+    from types import SimpleNamespace as NS
+    space = [NS(TILE_M=64, TILE_N=64, occupancy=2), NS(TILE_M=256, TILE_N=128, occupancy=1),
+             NS(TILE_M=128, TILE_N=256, occupancy=2), {"BLOCK_M": 32}]
+    order = interpret._largest_tiles_first(iter(space))
+    assert order == [space[1], space[2], space[0], space[3]]     # stable among equal volumes
+    assert interpret._largest_tiles_first([(24, 32), (16, 32)]) == [(24, 32), (16, 32)]
