@@ -24,6 +24,9 @@
 #   GPU_PREV=FILE  earlier GPU rows for the join (ids this GPU side does not rerun)
 #   CPU_NICE       prefix of the CPU-side processes (default "nice -n 10": GPU compiles first)
 #   EXTRA="F1 F2"  files copied into the archive
+#   CPU_TAG=s2_    CPU-side file names cpu_s2_N.tsv (a second call's rows beside the first's)
+#   CPU_THREADS=T  numba/OMP threads per CPU-side process (default 1; a few large tests on
+#                  many cores: the simulator's mma runs its lanes in parallel); GPUS="": no GPU side
 #   GPU_IDS=FILE / CPU_IDS=FILE   one side runs only these ids (in the run order), e.g. a
 #                  second call: the GPU side the ids a first call left, the CPU side its GPU passes
 # Both sides pass --continue-on-collection-errors: one module that fails to import (run 1: the
@@ -61,6 +64,7 @@ CPU_TIMEOUT=${SPAK_SIM_TEST_TIMEOUT:-120}
 # CPU_NICE="nice -n 10" (default): the CPU side yields to the GPU side's tileiras compiles
 # (TileGym's own 5 s compile limit failed 77 GPU tests on a host loaded by 58 processes)
 CPU_NICE=${CPU_NICE-nice -n 10}
+CPU_THREADS=${CPU_THREADS:-1}    # numba/OMP threads of each CPU-side process
 left() { echo $((END - $(date +%s))); }
 archive() { [[ -n ${EXTRA:-} ]] && cp $EXTRA "$W/" 2>/dev/null; tar -C "$W" -czf "$OUT/i37.tar.gz" . 2>/dev/null; echo "i37: archive $OUT/i37.tar.gz ($(( $(date +%s) - T0 )) s)"; }
 if [[ ! -d $TG/tests/ops || ! -d $TG/src/tilegym ]]; then
@@ -161,9 +165,10 @@ for ((c = 0; c < ncpu; c++)); do
   # torch.profiler's CUDA activity: sim.profiler reports the simulated launches); CPU_CUPTI=0
   # is TileGym's switch to CUDA events / CUDA graphs (sim.cuda_graph)
   CUDA_VISIBLE_DEVICES="" PYTHONPATH=$ROOT:$PYTHONPATH SPAK_SIM_TEST_TIMEOUT=$CPU_TIMEOUT \
-    PYTEST_QUEUE_IDS=$CQ PYTEST_QUEUE_CLAIMS=$W/claims_cpu PYTEST_QUEUE_OUT=$W/cpu_$c.tsv \
-    timeout -s INT -k 10 "$stop" $CPU_NICE env ${CPU_CUPTI:+CUPTI=$CPU_CUPTI} python -m pytest -p spak.sim.pytest_plugin -p pytest_queue \
-    -p no:cacheprovider -q -rfE --continue-on-collection-errors --junitxml "$W/junit_cpu_$c.xml" tests/ops > "$W/logs/cpu_$c.log" 2>&1 &
+    PYTEST_QUEUE_IDS=$CQ PYTEST_QUEUE_CLAIMS=$W/claims_cpu PYTEST_QUEUE_OUT=$W/cpu_${CPU_TAG:-}$c.tsv \
+    timeout -s INT -k 10 "$stop" $CPU_NICE env ${CPU_CUPTI:+CUPTI=$CPU_CUPTI} \
+    NUMBA_NUM_THREADS=$CPU_THREADS OMP_NUM_THREADS=$CPU_THREADS MKL_NUM_THREADS=$CPU_THREADS python -m pytest -p spak.sim.pytest_plugin -p pytest_queue \
+    -p no:cacheprovider -q -rfE --continue-on-collection-errors --junitxml "$W/junit_cpu_${CPU_TAG:-}$c.xml" tests/ops > "$W/logs/cpu_${CPU_TAG:-}$c.log" 2>&1 &
 done
 wait
 
