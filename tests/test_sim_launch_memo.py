@@ -179,3 +179,9 @@ def test_interpreted_autotuner_tries_the_largest_tiles_first():
     order = interpret._largest_tiles_first(iter(space))
     assert order == [space[1], space[2], space[0], space[3]]     # stable among equal volumes
     assert interpret._largest_tiles_first([(24, 32), (16, 32)]) == [(24, 32), (16, 32)]
+
+
+def test_bad_memo_size_is_named(interp, monkeypatch):
+    monkeypatch.setenv("SPAK_SIM_MEMO_MB", "lots")
+    with pytest.raises(ValueError, match="SPAK_SIM_MEMO_MB"):
+        _run_affine(_rand(4, T, seed=30), 1.0)
