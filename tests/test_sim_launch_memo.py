@@ -185,3 +185,28 @@ def test_bad_memo_size_is_named(interp, monkeypatch):
     monkeypatch.setenv("SPAK_SIM_MEMO_MB", "lots")
     with pytest.raises(ValueError, match="SPAK_SIM_MEMO_MB"):
         _run_affine(_rand(4, T, seed=30), 1.0)
+
+
+@ct.kernel
+def _gather_rows(X, I, Y):
+    # reads X only through a gather (indexing.read_elements), at rows named by I
+    r = ct.gather(I, (ct.bid(0),))
+    ct.store(Y, (ct.bid(0), 0), ct.gather(X, (r, ct.arange(T, dtype=ct.int32))).reshape((1, T)))
+
+
+def test_gathered_arrays_are_part_of_the_key(interp):
+    x = _rand(6, T, seed=40)
+    idx = torch.tensor([5, 0, 3, 3], dtype=torch.int32)
+    y1 = torch.empty(4, T)
+    ct.launch(None, (4,), _gather_rows, (x, idx, y1))
+    x[3, 7] = 100.0                                   # a gathered element
+    y2 = torch.empty(4, T)
+    ct.launch(None, (4,), _gather_rows, (x, idx, y2))
+    idx[1] = 2                                        # an index
+    y3 = torch.empty(4, T)
+    ct.launch(None, (4,), _gather_rows, (x, idx, y3))
+    assert launch_memo.stats["hits"] == 0 and launch_memo.stats["misses"] == 3
+    assert torch.equal(y2, x[[5, 0, 3, 3]]) and torch.equal(y3, x[[5, 2, 3, 3]])
+    y4 = torch.empty(4, T)
+    ct.launch(None, (4,), _gather_rows, (x, idx, y4))  # unchanged: a hit, the same rows
+    assert launch_memo.stats["hits"] == 1 and torch.equal(y4, y3)
