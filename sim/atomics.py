@@ -79,7 +79,7 @@ def apply(ctx, op, array, off, eff, upd, order, scope, expected=None):
     _cooperative(ctx, op)
     ctx.coop.sync_point(ctx)
     st = dtypes.storage(array.dtype)
-    vals = array._bits().view(st)
+    vals = array._read_bits().view(st)
     o = off[eff]
     u = np.ascontiguousarray(upd[eff]).astype(st, copy=False)
     e = None if expected is None else np.ascontiguousarray(expected[eff]).astype(st, copy=False)

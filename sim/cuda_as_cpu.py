@@ -16,7 +16,9 @@ with CUDA enabled"). While this mode is on:
   where the GPU has none); a move to where the tensor already is returns it, as torch does;
 - float32 matmuls of "cuda" tensors under `torch.backends.cuda.matmul.allow_tf32 = True`
   round their inputs to TF32 first, as cuBLAS does on the GPU (a reference computed that
-  way is what the program's tolerances were set against);
+  way is what the program's tolerances were set against); fp16/bf16 matmuls of "cuda"
+  tensors sum in float32 and round once, as cuBLAS does (CPU torch's half GEMM: the same
+  sums, 100x slower);
 - `scaled_dot_product_attention` runs with the math backend allowed: a reference computed
   under `sdpa_kernel(CUDNN_ATTENTION or FLASH_ATTENTION)` (GPU-only backends) gets the
   attention the author meant instead of "No viable backend".
@@ -129,6 +131,25 @@ def _tf32(t):
     return out if not t.requires_grad else t + (out - t).detach()
 
 
+def _cublas_matmul(func, args, kwargs):
+    """A matmul of "cuda" tensors as cuBLAS computes it on the GPU. float32 under
+    torch.backends.cuda.matmul.allow_tf32: inputs rounded to TF32 (accumulation float32).
+    fp16/bf16: products summed in float32 and rounded once to the inputs' dtype (cuBLAS's
+    CUBLAS_COMPUTE_32F, torch's default there). CPU torch's own half GEMM also sums in float,
+    but 100x slower (0.33 against 35 GFLOP/s on one thread of the project's CPU, 2026-11-28):
+    a GPU program's fp16 reference at benchmark sizes took minutes."""
+    import torch
+    if torch.backends.cuda.matmul.allow_tf32:
+        return func(*(_tf32(a) for a in args), **kwargs)
+    ts = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    dt = ts[0].dtype if ts else None
+    if ("out" in kwargs or dt not in (torch.float16, torch.bfloat16)
+            or any(t.dtype != dt for t in ts)):
+        return func(*args, **kwargs)
+    up = lambda a: a.float() if isinstance(a, torch.Tensor) else a      # noqa: E731
+    return func(*map(up, args), **{k: up(v) for k, v in kwargs.items()}).to(dt)
+
+
 def _matmul_funcs():
     import torch
     return {torch.matmul, torch.mm, torch.bmm, torch.Tensor.matmul, torch.Tensor.mm,
@@ -156,11 +177,8 @@ def _mode_class():
                 kwargs["device"] = _to_cpu(kwargs["device"])
             if func is sdpa:
                 out = _sdpa(func, args, kwargs)
-            elif (func in matmuls and torch.backends.cuda.matmul.allow_tf32
-                  and _marked(args)):
-                # a GPU program's float32 reference under allow_tf32 is cuBLAS's TF32
-                # product: the same inputs rounding here (accumulation stays float32)
-                out = func(*(_tf32(a) for a in args), **kwargs)
+            elif func in matmuls and _marked(args):
+                out = _cublas_matmul(func, args, kwargs)
             else:
                 out = func(*args, **kwargs)
             if on_gpu or _marked(args):

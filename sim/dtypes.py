@@ -57,6 +57,11 @@ def storage(dt) -> np.dtype:
         raise NotImplementedError(f"spak sim: dtype {dt} is not supported by the simulator") from None
 
 
+def known_numpy(npdt) -> bool:
+    """Whether a numpy dtype holds a cuTile dtype (from_numpy answers)."""
+    return np.dtype(npdt) in _FROM_NUMPY
+
+
 def from_numpy(npdt) -> "ct.DType":
     try:
         return _FROM_NUMPY[np.dtype(npdt)]

@@ -20,14 +20,17 @@ plugin, `python -m spak.sim`), `torch.cuda` answers as one simulated GPU of the 
   answer 0 (the simulator does not count device bytes), mem_get_info the model's 80 GiB.
 
 `torch.cuda._sleep` (a GPU spin that only delays the stream) and
-`torch._C._cuda_clearCublasWorkspaces` do nothing. What cannot be emulated raises
-SimNotSupported naming it (CUDA graph capture).
+`torch._C._cuda_clearCublasWorkspaces` do nothing. CUDA graphs (CUDAGraph, graph,
+graph_pool_handle, is_current_stream_capturing) are recorded and replayed by sim.cuda_graph;
+torch.profiler's CUDA activity reports the simulated launches (sim.profiler).
+What cannot be emulated raises SimNotSupported naming it (make_graphed_callables).
 """
 from __future__ import annotations
 
 import time
 import types
 
+from . import cuda_graph, profiler
 from .errors import SimNotSupported
 
 # (compute capability, SM count, name) per model: an H100 SXM, an RTX 5070 and an L4
@@ -158,15 +161,6 @@ def _unsupported(what):
     return f
 
 
-def _unsupported_class(name, what):
-    """A class (not a function) standing for an unsupported torch.cuda class: code that only
-    names it, as annotations do (transformers: ``torch.cuda.CUDAGraph | None``), must import;
-    making one raises SimNotSupported."""
-    def __init__(self, *a, **k):
-        _unsupported(what)()
-    return type(name, (), {"__init__": __init__, "__doc__": f"spak sim: {what} (not emulated)"})
-
-
 def _namespace(model, stream_value):
     import torch
     props = properties(model)
@@ -209,8 +203,9 @@ def _namespace(model, stream_value):
                                              "allocated_bytes.all.peak": 0},
         "memory_summary": lambda device=None, abbreviated=False: "spak sim: no device memory",
         "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
-        "CUDAGraph": _unsupported_class("CUDAGraph", "torch.cuda.CUDAGraph (CUDA graph capture)"),
-        "graph": _unsupported("torch.cuda.graph (CUDA graph capture)"),
+        "CUDAGraph": cuda_graph.CUDAGraph, "graph": cuda_graph.graph,
+        "graph_pool_handle": cuda_graph.graph_pool_handle,
+        "is_current_stream_capturing": cuda_graph.is_current_stream_capturing,
         "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables"),
         "_sleep": none,                    # a GPU spin only delays the stream
     }
@@ -236,6 +231,7 @@ def enable(model="sm_90", stream_value=None) -> bool:
     # and the real call must not be the first to touch the absent device)
     _saved["__c__"] = getattr(torch._C, "_cuda_clearCublasWorkspaces", missing)
     torch._C._cuda_clearCublasWorkspaces = lambda: None
+    profiler.enable()                   # ProfilerActivity.CUDA: the simulated launches
     return True
 
 
@@ -243,6 +239,7 @@ def disable() -> None:
     if not _saved:
         return
     import torch
+    profiler.disable()
     missing = _saved.pop("__missing__")
     c = _saved.pop("__c__", missing)
     if c is missing:

@@ -141,7 +141,7 @@ def read_elements(ctx, array, off, eff):
         _coop_access(ctx, array, off[eff], None, None, False)
     elif array._root._owner is not None:
         ctx.findings += _foreign(ctx, array, off, eff)
-    bits = array._bits()[take]
+    bits = array._read_bits()[take]
     if ctx.coop is None:
         from .memory import _pending_on, overlay_own
         if _pending_on(ctx, array):

@@ -51,6 +51,7 @@ class SimArray:
         self._shape = tuple(int(n) for n in data.shape)
         self._strides = tuple(st // data.itemsize for st in data.strides)
         self._owner: np.ndarray | None = None   # block (linear id) that wrote each element
+        self._was_read = False      # a load, gather or atomic touched it (sim.launch_memo)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -109,6 +110,12 @@ class SimArray:
     def _bits(self) -> np.ndarray:
         root = self._root.data
         return root.reshape(-1).view(_BITS[root.itemsize])[self._offset:]
+
+    def _read_bits(self) -> np.ndarray:
+        """_bits() for a read: marks the array as read (the launch memo keys a launch on the
+        contents of the arrays it read, sim.launch_memo)."""
+        self._root._was_read = True
+        return self._bits()
 
     # -- cuTile Array methods (kernel side) -----------------------------------------------
     def slice(self, axis, start, stop):
@@ -463,7 +470,7 @@ def load_box(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDE
         _coop_access(ctx, array, box_offsets(starts, shape4, strides4, tshape4), mo, ms, False)
     elif array._root._owner is not None:
         ctx.findings += foreign_reads(ctx, array, starts, shape4, strides4, tshape4)
-    flat = array._bits()
+    flat = array._read_bits()
     share = None
     own = ctx.coop is None and _pending_on(ctx, array)
     if ctx.lanes > 1 and not own:

@@ -12,6 +12,7 @@ at the op instead, as the simulator always did before.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -20,6 +21,7 @@ _lock = threading.Lock()
 _state = {"strict": None, "exit_hook": False}
 _log: list[str] = []            # every distinct finding, first-seen order
 _counts: dict[str, int] = {}    # finding key (op, line, array, where) -> accesses
+_taps: list[list] = []          # lists that see every record() call (sim.launch_memo)
 
 
 def strict() -> bool:
@@ -42,6 +44,22 @@ def record(key: str, message: str, n: int = 1) -> None:
             _counts[key] = 0
             _log.append(message)
         _counts[key] += n
+        for t in _taps:
+            t.append((key, message, n))
+
+
+@contextlib.contextmanager
+def tap():
+    """Collect the (key, message, n) of every record() made inside the block (a launch's
+    findings, for the launch memo to record again on a hit)."""
+    calls: list = []
+    with _lock:
+        _taps.append(calls)
+    try:
+        yield calls
+    finally:
+        with _lock:
+            _taps.remove(calls)
 
 
 def mark() -> int:

@@ -588,8 +588,13 @@ def matmul(x, y, /):
 # ---------------------------------------------------------------------------------------
 # debugging
 
+# kernel prints so far (sim.launch_memo does not memoise a launch that printed)
+PRINTS = [0]
+
+
 def printf(format, *args):
     ctx = current()
+    PRINTS[0] += 1
     for lane in range(ctx.lanes):
         vals = tuple(_lane_py(a, lane) for a in args)
         builtins.print(f"[block {ctx.block_of(lane)}] " + (format % vals), end="")
@@ -602,6 +607,7 @@ def print(*args, sep=" ", end="\n", **kw):
     if kw.get("file") is not None:
         return builtins.print(*args, sep=sep, end=end, **kw)
     ctx = current()
+    PRINTS[0] += 1
     for lane in range(ctx.lanes):
         parts = [lane_text(a, lane) if isinstance(a, Tile) else
                  expand(a, lane, ctx.formats) if isinstance(a, str) else str(a) for a in args]

@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from . import interpret, oob
+from . import interpret, launch_memo, oob
 
 
 def _on(name: str) -> bool:
@@ -48,7 +48,7 @@ def pytest_report_header(config):
 def pytest_terminal_summary(terminalreporter):
     st = interpret.stats
     terminalreporter.write_line(f"spak sim: {st['launches']} kernel launch(es) simulated in "
-                                f"{st['seconds']:.1f} s")
+                                f"{st['seconds']:.1f} s; {launch_memo.summary()}")
     text = oob.summary()
     if text:
         terminalreporter.write_sep("=", "spak sim: out-of-bounds tile accesses")

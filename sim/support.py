@@ -219,7 +219,8 @@ SUPPORT: dict[str, tuple[str, str]] = {
     "kernel": (HOST, "decorator; sim.launch runs its Python function"),
     "function": (HOST, "decorator; runs as a Python function"),
     "tune": (HOST, "autotuning module; in interpreter mode exhaustive_search returns the "
-                   "first config that runs on the simulator (a CPU cannot time a GPU kernel)"),
+                   "first config that runs on the simulator, largest TILE*/BLOCK* sizes first (a CPU "
+                   "cannot time a GPU kernel)"),
     "compilation": (HOST, "compiler module"),
     # --- dtypes -------------------------------------------------------------------------------------
     "bool_": (EXACT, "dtype"), "int8": (EXACT, "dtype"), "int16": (EXACT, "dtype"),

@@ -58,11 +58,13 @@ def test_seeds_streams_and_events(gpu):
     e1.record()
     e1.synchronize()
     assert 0.0 <= e0.elapsed_time(e1) < 1e4                  # host wall ms
-    with pytest.raises(SimNotSupported, match="CUDA graph"):
-        torch.cuda.CUDAGraph()
     # a class, so code that only names it imports (transformers annotates with
-    # `torch.cuda.CUDAGraph | None`; a function there stopped TileGym's test_rope collecting)
+    # `torch.cuda.CUDAGraph | None`; a function there stopped TileGym's test_rope collecting);
+    # capture and replay: tests/test_sim_cuda_graph.py
     assert isinstance(torch.cuda.CUDAGraph | None, types.UnionType)
+    assert isinstance(torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph)
+    with pytest.raises(SimNotSupported, match="make_graphed_callables"):
+        torch.cuda.make_graphed_callables(lambda t: t, (torch.ones(1),))
 
 
 def test_moves_copy_as_on_a_gpu(gpu):
@@ -132,6 +134,7 @@ def test_python_m_spak_sim_runs_a_gpu_program(tmp_path):
     assert "ok NVIDIA H100 (spak sim sm_90)" in r.stdout
     # block 3 loaded a tile wholly past the end: padding, and a finding at exit
     assert "out-of-bounds tile access" in r.stderr and "block (3, 0, 0)" in r.stderr
+    assert "1 kernel launch(es)" in r.stderr and "launch memo: 0 hit(s), 1 simulated" in r.stderr
     r = _run(["-m", "spak.sim", "prog.py"], tmp_path, SPAK_SIM_STRICT="1")
     assert r.returncode != 0 and "lies entirely outside" in r.stderr
 
@@ -145,6 +148,7 @@ def test_spak_sim_environment_and_pytest_entry(tmp_path):
              tmp_path)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
     assert "spak sim: out-of-bounds tile accesses" in r.stdout
+    assert "launch memo: 0 hit(s), 1 simulated" in r.stdout
 
 
 def test_tf32_matmul_reference_as_cublas(gpu):
@@ -165,3 +169,42 @@ def test_tf32_matmul_reference_as_cublas(gpu):
         assert (torch.mm(a, b).double() - exact).abs().max() < 1e-4
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_profiler_cuda_activity_reports_simulated_launches(gpu):
+    # TileGym's benchmark_fn_cupti sums self_device_time_total of the CUDA events and refuses 0
+    from torch.profiler import ProfilerActivity, profile
+    x = torch.randn(4, 64, device="cuda")
+    y = torch.empty_like(x)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            ct.launch(None, (4,), _double_rows, (x, y))
+    cuda = [e for e in prof.key_averages() if str(e.device_type) == "DeviceType.CUDA"]
+    assert [e.key for e in cuda] == ["_double_rows"] and cuda[0].count == 2
+    assert cuda[0].self_device_time_total > 0
+    assert torch.equal(y, x * 2)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:   # no CUDA asked: none added
+        ct.launch(None, (4,), _double_rows, (x, y))
+    assert not [e for e in prof.key_averages() if str(e.device_type) == "DeviceType.CUDA"]
+
+
+@ct.kernel
+def _double_rows(X, Y):
+    ct.store(Y, (ct.bid(0), 0), ct.load(X, (ct.bid(0), 0), (1, 64)) * 2.0)
+
+
+def test_half_matmul_reference_as_cublas(gpu):
+    # fp16/bf16 products of "cuda" tensors: float32 sums rounded once (cuBLAS), not CPU
+    # torch's half GEMM (same sums, 100x slower); autograd flows through
+    g = torch.Generator().manual_seed(11)
+    for dt in (torch.float16, torch.bfloat16):
+        a = torch.randn(3, 64, 96, generator=g).to(dt).cuda().requires_grad_()
+        b = torch.randn(3, 96, 48, generator=g).to(dt).cuda()
+        out = torch.bmm(a, b)
+        assert out.dtype == dt and out.shape == (3, 64, 48)
+        exact = a.detach().double() @ b.double()
+        ulp = exact.abs().clamp_min(1e-3) * (2.0 ** -10 if dt == torch.float16 else 2.0 ** -7)
+        assert torch.all((out.detach().double() - exact).abs() <= ulp)
+        out.sum().backward()
+        assert torch.allclose(a.grad.double(), b.double().sum(-1)[:, None, :].expand(3, 64, 96),
+                              rtol=2e-2, atol=2e-2)

@@ -14,12 +14,19 @@
 #                  autotune's 5 s watchdog does not fail configs on a loaded host
 #   CPU_SHARDS=30  interpreter-mode processes (default: nproc - 4 - GPU processes, at most 30;
 #                  NUMBA/OMP/MKL threads 1 each);
-#                  SPAK_SIM_TEST_TIMEOUT=120 per test (ci/tilegym.sh's bound); CUPTI=0
-#                  (TileGym's switch: perf tests time with CUDA events, not the profiler)
+#                  SPAK_SIM_TEST_TIMEOUT=120 per test (ci/tilegym.sh's bound); CPU_CUPTI=0
+#                  sets TileGym's CUPTI=0 there (CUDA events/graphs; default: as the GPU side)
 #   DRY=1          try the plumbing on a CPU machine: 4 ids, 2+2 processes, the "GPU side"
 #                  also in interpreter mode (a CPU torch cannot load TileGym's conftest
 #                  otherwise), CPU side as on the device; BUDGET_S=150
 #   IDS=FILE       run these ids (one a line) instead of the collected cutile set
+#   CPU_ORDER=1    the CPU side takes CPU_IDS in its own order (tools/tilegym_cpu_plan.py)
+#   GPU_PREV=FILE  earlier GPU rows for the join (ids this GPU side does not rerun)
+#   CPU_NICE       prefix of the CPU-side processes (default "nice -n 10": GPU compiles first)
+#   EXTRA="F1 F2"  files copied into the archive
+#   CPU_TAG=s2_    CPU-side file names cpu_s2_N.tsv (a second call's rows beside the first's)
+#   CPU_THREADS=T  numba/OMP threads per CPU-side process (default 1; a few large tests on
+#                  many cores: the simulator's mma runs its lanes in parallel); GPUS="": no GPU side
 #   GPU_IDS=FILE / CPU_IDS=FILE   one side runs only these ids (in the run order), e.g. a
 #                  second call: the GPU side the ids a first call left, the CPU side its GPU passes
 # Both sides pass --continue-on-collection-errors: one module that fails to import (run 1: the
@@ -54,8 +61,12 @@ ng=0; for g in $GPUS; do ng=$((ng + 1)); done
 # by default the cores the GPU processes leave (4 spare), at most 30
 CPU_SHARDS=${CPU_SHARDS:-$(n=$(( $(nproc) - ng * P - 4 )); (( n > 30 )) && n=30; (( n < 2 )) && n=2; echo $n)}
 CPU_TIMEOUT=${SPAK_SIM_TEST_TIMEOUT:-120}
+# CPU_NICE="nice -n 10" (default): the CPU side yields to the GPU side's tileiras compiles
+# (TileGym's own 5 s compile limit failed 77 GPU tests on a host loaded by 58 processes)
+CPU_NICE=${CPU_NICE-nice -n 10}
+CPU_THREADS=${CPU_THREADS:-1}    # numba/OMP threads of each CPU-side process
 left() { echo $((END - $(date +%s))); }
-archive() { tar -C "$W" -czf "$OUT/i37.tar.gz" . 2>/dev/null; echo "i37: archive $OUT/i37.tar.gz ($(( $(date +%s) - T0 )) s)"; }
+archive() { [[ -n ${EXTRA:-} ]] && cp $EXTRA "$W/" 2>/dev/null; tar -C "$W" -czf "$OUT/i37.tar.gz" . 2>/dev/null; echo "i37: archive $OUT/i37.tar.gz ($(( $(date +%s) - T0 )) s)"; }
 if [[ ! -d $TG/tests/ops || ! -d $TG/src/tilegym ]]; then
   echo "i37: SKIP: $TG needs src/ and tests/ (cp -r /work/shared/peers/tilegym/{src,tests,pytest.ini} .peers/tilegym/)" | tee "$W/join.txt"
   archive; exit 0
@@ -128,6 +139,12 @@ side_ids() {   # side_ids FILE|"": the run order restricted to FILE's ids (all w
   echo "$W/ids_$2.txt"
 }
 GQ=$(side_ids "${GPU_IDS:-}" gpu); CQ=$(side_ids "${CPU_IDS:-}" cpu)
+# CPU_ORDER=1: the CPU side runs CPU_IDS in that file's own order (tools/tilegym_cpu_plan.py:
+# longest expected first), not the run order
+if [[ ${CPU_ORDER:-0} == 1 && -n ${CPU_IDS:-} ]]; then grep '::' "$CPU_IDS" > "$W/ids_cpu.txt"; CQ=$W/ids_cpu.txt; fi
+# GPU_PREV=FILE: earlier GPU rows (pytest_queue tsv) the join counts for ids this run's GPU
+# side does not rerun; named to sort before gpu_0.tsv, so this run's rows win
+[[ -n ${GPU_PREV:-} ]] && cp "$GPU_PREV" "$W/gpu_-prev.tsv"
 echo "i37: GPU side $(wc -l < "$GQ") ids, CPU side $(wc -l < "$CQ") ids" | tee -a "$W/plan.txt"
 stop=$(( $(left) - 25 ))
 k=0
@@ -144,12 +161,14 @@ for ((r = 0; r < P; r++)); do
 done
 ncpu=$CPU_SHARDS; [[ $DRY == 1 ]] && ncpu=2
 for ((c = 0; c < ncpu; c++)); do
-  # CUPTI=0: TileGym's own switch for where CUPTI is missing (the simulated GPU has none):
-  # perf tests time with torch.cuda.Event (emulated) instead of torch.profiler's CUDA activity
-  CUDA_VISIBLE_DEVICES="" PYTHONPATH=$ROOT:$PYTHONPATH SPAK_SIM_TEST_TIMEOUT=$CPU_TIMEOUT CUPTI=0 \
-    PYTEST_QUEUE_IDS=$CQ PYTEST_QUEUE_CLAIMS=$W/claims_cpu PYTEST_QUEUE_OUT=$W/cpu_$c.tsv \
-    timeout -s INT -k 10 "$stop" python -m pytest -p spak.sim.pytest_plugin -p pytest_queue \
-    -p no:cacheprovider -q -rfE --continue-on-collection-errors --junitxml "$W/junit_cpu_$c.xml" tests/ops > "$W/logs/cpu_$c.log" 2>&1 &
+  # CPU_CUPTI unset (default): TileGym's default, as on the GPU side (perf tests time with
+  # torch.profiler's CUDA activity: sim.profiler reports the simulated launches); CPU_CUPTI=0
+  # is TileGym's switch to CUDA events / CUDA graphs (sim.cuda_graph)
+  CUDA_VISIBLE_DEVICES="" PYTHONPATH=$ROOT:$PYTHONPATH SPAK_SIM_TEST_TIMEOUT=$CPU_TIMEOUT \
+    PYTEST_QUEUE_IDS=$CQ PYTEST_QUEUE_CLAIMS=$W/claims_cpu PYTEST_QUEUE_OUT=$W/cpu_${CPU_TAG:-}$c.tsv \
+    timeout -s INT -k 10 "$stop" $CPU_NICE env ${CPU_CUPTI:+CUPTI=$CPU_CUPTI} \
+    NUMBA_NUM_THREADS=$CPU_THREADS OMP_NUM_THREADS=$CPU_THREADS MKL_NUM_THREADS=$CPU_THREADS python -m pytest -p spak.sim.pytest_plugin -p pytest_queue \
+    -p no:cacheprovider -q -rfE --continue-on-collection-errors --junitxml "$W/junit_cpu_${CPU_TAG:-}$c.xml" tests/ops > "$W/logs/cpu_${CPU_TAG:-}$c.log" 2>&1 &
 done
 wait
 
