@@ -160,6 +160,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     rows = read_join(a.join)
     fits, again, late, gpu_again = plan(rows, a.window)
+    short_first = sum(x[1] for x in fits) / a.cores > a.window
+    if short_first:        # not all fit: finish as many as the window holds, not the longest
+        fits.sort(key=lambda x: x[1])
     passed = {r[0] for r in rows if r[1] == "PASSED"}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "cpu_ids.txt"), "w") as f:
@@ -186,6 +189,8 @@ def main(argv=None):
     print(f"GPU side reruns {len(gpu_again)} ids (failed, killed or not run before); the CPU "
           f"side runs the {len(again)} of them expected to fit next ({load2:.0f} CPU-s), then "
           f"the {len(late)} ids expected past the window")
+    if short_first:
+        print(f"more work than {a.cores} processes x {a.window:.0f} s: shortest first")
     need = math.ceil(0.95 * n_pass)
     print(f"95% of the {n_pass} GPU passes is {need}: at most {n_pass - need} may miss "
           f"(expected to miss at least {n_pass - len(fits)})")
