@@ -23,7 +23,7 @@ from .plan import (Launch, _cdiv, _check_bool, _check_contiguous, _check_int, _c
                    _check_qkvo, _check_scale, _dtype_name, _launch, _resolve_alloc, _shape,
                    _tile_width, check_pow2_tiles, check_rows, merge_tiles)
 
-__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "DKV_SPLITS", "EXTRA_KEYS",
+__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "DKV_SPLITS", "DQ_FUSED_VALUES", "EXTRA_KEYS",
            "PARTIAL_WRITERS", "check_bwd_tiles", "launches_fused_dq",
            "default_bwd_tiles", "default_dkdv_split", "plan_fmha_bwd", "preprocess_tile_m"]
 
@@ -122,7 +122,8 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
     lse2 = alloc((B, Hq, Sq), "float32")
     if fused_dq and B * Hq * Sq > 0 and B * Hkv * Sk > 0:
         return launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2,
-                                 scale, head_dim, head_dim_v, t, causal, has_mask, alloc)
+                                 scale, head_dim, head_dim_v, t, causal, has_mask, alloc,
+                                 parts=max(1, min(fused_dq, head_dim // 16)))
     launches = []
     if B * Hq * Sq > 0:
         pre_m = preprocess_tile_m(Dv)
@@ -155,7 +156,8 @@ def check_bwd_tiles(tiles, head_dim: int, causal: bool = False) -> dict[str, int
 
 
 def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, scale,
-                      head_dim, head_dim_v, t, causal, has_mask, alloc) -> list[Launch]:
+                      head_dim, head_dim_v, t, causal, has_mask, alloc,
+                      parts: int = 1) -> list[Launch]:
     """DQ_FUSED 1: the preprocess (which also zeroes the counters and the ticket), then
     dK, dV and dQ in one pass (gpu/kernels/fmha_bwd.py, section 4). Workspaces: the float32
     dQ accumulator [B, Hq, Sq, D], a counter per query row [B, Hq, Sq] and the ticket (1,).
@@ -172,8 +174,8 @@ def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, sc
                 "bwd.preprocess"),
         _launch(_bwd.fmha_bwd_dkdvdq_kernel, (_cdiv(Sk, t["DKV_TILE_N"]), B * Hkv, 1),
                 (q, k, v, dout, lse2, delta, mask, dk, dv, dq, acc, count, start, scale,
-                 head_dim, head_dim_v, t["DKV_TILE_M"], t["DKV_TILE_N"], causal, has_mask),
-                "bwd.dkdv"),
+                 head_dim, head_dim_v, t["DKV_TILE_M"], t["DKV_TILE_N"], causal, has_mask,
+                 parts), "bwd.dkdv"),
     ]
 
 
@@ -183,20 +185,25 @@ PARTIAL_WRITERS = (_bwd.fmha_bwd_dkdvdq_kernel,)
 
 
 #: tiles keys beside BWD_TILE_KEYS: DKV_SPLIT (dK/dV column parts) and DQ_FUSED (0: the
-#: three-launch backward, the default; 1: dQ accumulated in the dK/dV pass)
+#: three-launch backward, the default; 1, 2, 4: dQ accumulated in the dK/dV pass)
 EXTRA_KEYS = ("DKV_SPLIT", "DQ_FUSED")
 
 
-def _check_fused_dq(tiles, split: int) -> bool:
+#: tiles["DQ_FUSED"]: 0 (or absent) the three-launch backward; 1, 2, 4 the fused-dQ pass
+#: with dQ's columns added in that many parts
+DQ_FUSED_VALUES = (0, 1, 2, 4)
+
+
+def _check_fused_dq(tiles, split: int) -> int:
     v = tiles.get("DQ_FUSED", 0) if isinstance(tiles, dict) else 0
     if v is None:
         v = 0
-    if isinstance(v, bool) or v not in (0, 1):
-        raise ValueError(f"tiles['DQ_FUSED'] must be 0 or 1, got {v!r}")
+    if isinstance(v, bool) or v not in DQ_FUSED_VALUES:
+        raise ValueError(f"tiles['DQ_FUSED'] must be one of {DQ_FUSED_VALUES}, got {v!r}")
     if v and split != 1:
-        raise ValueError(f"tiles['DQ_FUSED'] = 1 needs DKV_SPLIT 1 (the default for head "
+        raise ValueError(f"tiles['DQ_FUSED'] needs DKV_SPLIT 1 (the default for head "
                          f"dims <= 128), got DKV_SPLIT {split}")
-    return bool(v)
+    return v
 
 
 #: dK/dV column parts (tiles["DKV_SPLIT"]): 1, 2 or 4; 0 or absent: default_dkdv_split(D)

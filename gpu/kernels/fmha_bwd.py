@@ -336,7 +336,8 @@ def fmha_bwd_dkdvdq_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, 
                            TILE_M: ConstInt,       # query rows per step (and per dQ tile)
                            TILE_N: ConstInt,       # keys per block
                            CAUSAL: ConstBool,
-                           HAS_MASK: ConstBool):
+                           HAS_MASK: ConstBool,
+                           DQ_PARTS: ConstInt = 1):  # dQ's columns in parts (_dq_add)
     n_kt = ct.num_blocks(0)
     lid = ct.atomic_add(Start, 0, 1.0).astype(ct.int32)      # logical id, in start order
     bid_n = n_kt - 1 - lid % n_kt
@@ -344,11 +345,12 @@ def fmha_bwd_dkdvdq_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, 
     num_kv_heads = K.shape[1]
     _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, scale,
                   chain // num_kv_heads, chain % num_kv_heads, bid_n, n_kt,
-                  HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK)
+                  HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, DQ_PARTS)
 
 
 def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, scale, b,
-                  kv_h, bid_n, n_kt, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK):
+                  kv_h, bid_n, n_kt, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
+                  DQ_PARTS):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     diag = seq_k - seq_q
@@ -384,15 +386,15 @@ def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, sc
                                       b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
                                       HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
                                       WANT_DS=True)
-            _dq_add(dQ, DqAcc, Count, ds_t, k, scale, b, h, i, bid_n, n_kt, diag,
-                    HEAD_DIM, TILE_M, TILE_N, CAUSAL)
+            _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag,
+                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS)
         for i in range(m_full, m_tiles):
             dk, dv, ds_t = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
                                       b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
                                       HEAD_DIM_V, TILE_M, TILE_N, False, HAS_MASK,
                                       WANT_DS=True)
-            _dq_add(dQ, DqAcc, Count, ds_t, k, scale, b, h, i, bid_n, n_kt, diag,
-                    HEAD_DIM, TILE_M, TILE_N, CAUSAL)
+            _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag,
+                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS)
 
     dk = (dk * scale).astype(dK.dtype).reshape((1, 1, TILE_N, HEAD_DIM))
     ct.store(dK, index=(b, kv_h, bid_n, 0), tile=dk)
@@ -400,30 +402,41 @@ def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, sc
              tile=dv.astype(dV.dtype).reshape((1, 1, TILE_N, HEAD_DIM_V)))
 
 
-def _dq_add(dQ, DqAcc, Count, ds_t, k, scale, b, h, i, bid_n, n_kt, diag, HEAD_DIM, TILE_M,
-            TILE_N, CAUSAL):
+def _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag, HEAD_DIM,
+            TILE_M, TILE_N, CAUSAL, DQ_PARTS):
     """Add this key tile's part dS K to query tile i's dQ, at its rank in the tile's fixed
     order (see the section's comment). The workspace is read and written without TMA: the
-    counter's release/acquire orders the block's ordinary stores and loads."""
+    counter's release/acquire orders the block's ordinary stores and loads. DQ_PARTS > 1:
+    dQ's columns in that many parts, one after the other (K's columns loaded again), so
+    fewer float32 registers are live at once."""
     last_n = n_kt - 1                    # the highest key tile that sees query tile i
     if CAUSAL:                           # block j visits i iff j * TILE_N < (i+1)*TILE_M + diag
         last_n = min(ct.cdiv((i + 1) * TILE_M + diag, TILE_N), n_kt) - 1
     rank = last_n - bid_n
-    dq = ct.full((TILE_M, HEAD_DIM), 0.0, dtype=ct.float32)
     if rank > 0:
         while ct.load(Count, index=(b, h, i * TILE_M), shape=(),
                       memory_order=ct.MemoryOrder.ACQUIRE,
                       memory_scope=ct.MemoryScope.DEVICE) < rank:
             pass
-        dq = ct.load(DqAcc, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM),
-                     padding_mode=ct.PaddingMode.ZERO,
-                     allow_tma=False).reshape((TILE_M, HEAD_DIM))
-    dq = ct.mma(ds_t.permute((1, 0)), k, dq)                 # dQ += dS K (scaled at the end)
-    if bid_n == 0:                       # the last part: dQ itself
-        ct.store(dQ, index=(b, h, i, 0),
-                 tile=(dq * scale).astype(dQ.dtype).reshape((1, 1, TILE_M, HEAD_DIM)))
-    else:
-        ct.store(DqAcc, index=(b, h, i, 0), tile=dq.reshape((1, 1, TILE_M, HEAD_DIM)),
-                 allow_tma=False)
+    ds = ds_t.permute((1, 0))                                # dS [TM, TN]
+    width = HEAD_DIM // DQ_PARTS
+    for part in range(DQ_PARTS):
+        k_part = k
+        if DQ_PARTS > 1:
+            k_part = ct.load(K, index=(b, kv_h, bid_n, part), shape=(1, 1, TILE_N, width),
+                             padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, width))
+        dq = ct.full((TILE_M, width), 0.0, dtype=ct.float32)
+        if rank > 0:
+            dq = ct.load(DqAcc, index=(b, h, i, part), shape=(1, 1, TILE_M, width),
+                         padding_mode=ct.PaddingMode.ZERO,
+                         allow_tma=False).reshape((TILE_M, width))
+        dq = ct.mma(ds, k_part, dq)                          # dQ += dS K (scaled at the end)
+        if bid_n == 0:                   # the last part: dQ itself
+            ct.store(dQ, index=(b, h, i, part),
+                     tile=(dq * scale).astype(dQ.dtype).reshape((1, 1, TILE_M, width)))
+        else:
+            ct.store(DqAcc, index=(b, h, i, part), tile=dq.reshape((1, 1, TILE_M, width)),
+                     allow_tma=False)
+    if bid_n != 0:
         ct.store(Count, index=(b, h, i * TILE_M), tile=rank + 1.0,
                  memory_order=ct.MemoryOrder.RELEASE, memory_scope=ct.MemoryScope.DEVICE)
