@@ -473,3 +473,28 @@ def test_plan_cpu_gates_without_a_gpu(tmp_path, capsys):
     assert {"Numerical error (GPU vs float64)", "Correctness (simulator agrees with GPU)",
             "Tuned >= default tiles"} <= gpu
     assert doc["sweep"]["sm_90"]["DKV_TILE_N"] == [64, 128]
+
+
+def test_fused_dq_ab_tool_on_the_simulator(sim_launch, tmp_path, capsys):
+    """tools/bwd_fused_dq_ab.py (issue 35's GPU A/B) end to end on the CPU, the simulator
+    playing the GPU: rows with times for our three providers, the fused ones deterministic
+    and equal to each other, errors vs float64 within the gates; the SDPA peers have no
+    CPU kernel here (their failure is a row note, not a crash)."""
+    import importlib.util
+    from spak import sim
+    spec = importlib.util.spec_from_file_location("bwd_fused_dq_ab",
+                                                  "tools/bwd_fused_dq_ab.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "ab.jsonl"
+    assert tool.main(["--device", "cpu", "--shapes", "1x2:1x70x32/causal", "--dtypes",
+                      "fp16", "--reps", "1", "--target-s", "0.001", "--parts2",
+                      "--out", str(out)]) == 0
+    [row] = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert set(row["ms"]) >= {"cur", "fused1", "fused2"}, row
+    assert row["fused1_deterministic"] and row["fused2_deterministic"]
+    assert row["fused1_eq_fused2"]
+    assert all(row["rel_l2"][n] < 1e-3 for n in ("cur", "fused1", "fused2"))
+    assert "problem" not in row.get("errors", {})
+    assert "fp16 1x2:1x70x32/causal: TFLOPS cur" in capsys.readouterr().out
+    del sim
