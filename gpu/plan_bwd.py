@@ -164,6 +164,10 @@ def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, sc
     dQ's tiles are the dK/dV pass's DKV_TILE_M rows; DQ_TILE_M/N are not used."""
     B, Hq, Sq, D = _shape("q", q)
     Hkv, Sk = _shape("k", k)[1:3]
+    blocks = _cdiv(Sk, t["DKV_TILE_N"]) * B * Hkv
+    if blocks >= 1 << 24:       # the float32 ticket counts blocks exactly below 2^24
+        raise ValueError(f"tiles['DQ_FUSED']: {blocks} dK/dV blocks (B * Hkv * key tiles) "
+                         f"exceed the fused pass's 2^24; use DQ_FUSED 0")
     acc = alloc((B, Hq, Sq, D), "float32")
     count = alloc((B, Hq, Sq), "float32")
     start = alloc((1,), "float32")
