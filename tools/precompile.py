@@ -42,8 +42,8 @@ def units(family: str, shapes, dtype: str = "fp16", tiles=("default",), config=N
         for t in tiles:
             if config is not None:
                 cfg = {**fam.default_config(p), **config}
-            elif t == "default" and device != "cuda":     # --list here: no store lookup
-                cfg = fam.default_config(p)
+            elif t == "default" and device != "cuda" and kernel == fam.kernels[0]:
+                cfg = fam.default_config(p)             # --list here: no store lookup
             else:
                 cfg = fam.gpu_config(kernel, p, device, tiles=None if t == "default" else t)
             u = fam.compile_unit(kernel, p, cfg, config_id(cfg, fam.space_keys))
