@@ -106,6 +106,7 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
     scale = _check_scale(scale, D)
     split = _check_split(tiles, D)
     fused_dq = _check_fused_dq(tiles, split)
+    early = _check_dq_early(tiles, fused_dq)
     t = check_bwd_tiles({k: x for k, x in (tiles or {}).items() if k not in EXTRA_KEYS}
                         if isinstance(tiles, dict) else tiles, D, causal)
     has_mask = mask is not None
@@ -123,7 +124,7 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
     if fused_dq and B * Hq * Sq > 0 and B * Hkv * Sk > 0:
         return launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2,
                                  scale, head_dim, head_dim_v, t, causal, has_mask, alloc,
-                                 parts=max(1, min(fused_dq, head_dim // 16)))
+                                 parts=max(1, min(fused_dq, head_dim // 16)), early=early)
     launches = []
     if B * Hq * Sq > 0:
         pre_m = preprocess_tile_m(Dv)
@@ -157,7 +158,7 @@ def check_bwd_tiles(tiles, head_dim: int, causal: bool = False) -> dict[str, int
 
 def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, scale,
                       head_dim, head_dim_v, t, causal, has_mask, alloc,
-                      parts: int = 1) -> list[Launch]:
+                      parts: int = 1, early: bool = False) -> list[Launch]:
     """DQ_FUSED 1: the preprocess (which also zeroes the counters and the ticket), then
     dK, dV and dQ in one pass (gpu/kernels/fmha_bwd.py, section 4). Workspaces: the float32
     dQ accumulator [B, Hq, Sq, D], a counter per query row [B, Hq, Sq] and the ticket (1,).
@@ -179,7 +180,7 @@ def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, sc
         _launch(_bwd.fmha_bwd_dkdvdq_kernel, (_cdiv(Sk, t["DKV_TILE_N"]), B * Hkv, 1),
                 (q, k, v, dout, lse2, delta, mask, dk, dv, dq, acc, count, start, scale,
                  head_dim, head_dim_v, t["DKV_TILE_M"], t["DKV_TILE_N"], causal, has_mask,
-                 parts), "bwd.dkdv"),
+                 parts, early), "bwd.dkdv"),
     ]
 
 
@@ -188,9 +189,10 @@ def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, sc
 PARTIAL_WRITERS = (_bwd.fmha_bwd_dkdvdq_kernel,)
 
 
-#: tiles keys beside BWD_TILE_KEYS: DKV_SPLIT (dK/dV column parts) and DQ_FUSED (0: the
-#: three-launch backward, the default; 1, 2, 4: dQ accumulated in the dK/dV pass)
-EXTRA_KEYS = ("DKV_SPLIT", "DQ_FUSED")
+#: tiles keys beside BWD_TILE_KEYS: DKV_SPLIT (dK/dV column parts), DQ_FUSED (0: the
+#: three-launch backward, the default; 1, 2, 4: dQ accumulated in the dK/dV pass) and
+#: DQ_EARLY (0, 1; with DQ_FUSED: the dS K product before the wait, _dq_add)
+EXTRA_KEYS = ("DKV_SPLIT", "DQ_FUSED", "DQ_EARLY")
 
 
 #: tiles["DQ_FUSED"]: 0 (or absent) the three-launch backward; 1, 2, 4 the fused-dQ pass
@@ -208,6 +210,16 @@ def _check_fused_dq(tiles, split: int) -> int:
         raise ValueError(f"tiles['DQ_FUSED'] needs DKV_SPLIT 1 (the default for head "
                          f"dims <= 128), got DKV_SPLIT {split}")
     return v
+
+
+def _check_dq_early(tiles, fused_dq: int) -> bool:
+    v = tiles.get("DQ_EARLY", 0) if isinstance(tiles, dict) else 0
+    v = 0 if v is None else v
+    if isinstance(v, bool) or v not in (0, 1):
+        raise ValueError(f"tiles['DQ_EARLY'] must be 0 or 1, got {v!r}")
+    if v and not fused_dq:
+        raise ValueError("tiles['DQ_EARLY'] = 1 needs DQ_FUSED (the fused-dQ pass)")
+    return bool(v)
 
 
 #: dK/dV column parts (tiles["DKV_SPLIT"]): 1, 2 or 4; 0 or absent: default_dkdv_split(D)

@@ -360,10 +360,11 @@ def test_sweep_list_space_and_compile_units(capsys):
     assert [j[1] for j in jobs[:3]] == ["sdpa-cudnn", "sdpa-flash", "spak-fused-default"]
     # the plan's space less its exclusions (DKV 64x128 spills: plans/fmha_bwd.toml); the
     # fused-dQ pass (knob DQ_FUSED) once, its dQ tiles do not apply
-    assert {j[2] for j in jobs[3:]} == {"DKV64x64/DQ64x32/o2/c1/DQ_FUSED=0",
-                                        "DKV64x64/DQ64x64/o2/c1/DQ_FUSED=0",
-                                        "DKV64x64/DQ64x128/o2/c1/DQ_FUSED=0",
-                                        "DKV64x64/DQ64x64/o2/c1/DQ_FUSED=1"}
+    assert {j[2] for j in jobs[3:]} == {"DKV64x64/DQ64x32/o2/c1/DQ_EARLY=0/DQ_FUSED=0",
+                                        "DKV64x64/DQ64x64/o2/c1/DQ_EARLY=0/DQ_FUSED=0",
+                                        "DKV64x64/DQ64x128/o2/c1/DQ_EARLY=0/DQ_FUSED=0",
+                                        "DKV64x64/DQ64x64/o2/c1/DQ_EARLY=0/DQ_FUSED=1",
+                                        "DKV64x64/DQ64x64/o2/c1/DQ_EARLY=1/DQ_FUSED=1"}
     assert "plans/fmha_bwd.toml [sweep.sm_90] with --space" in lines[-2]
     assert main(["sweep", "--family", "fmha_bwd", "--list", "--arch", "sm_90", "--shapes",
                  "2x4x300x64", "--space", "TILE_M=64"]) == 2
@@ -496,7 +497,8 @@ def test_fused_dq_ab_tool_on_the_simulator(sim_launch, tmp_path, capsys):
     [row] = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert set(row["ms"]) >= {"cur", "fused1", "fused2"}, row
     assert row["fused1_deterministic"] and row["fused2_deterministic"]
-    assert row["fused1_eq_fused2"]
+    assert row["fused1_eq_fused2"] and row["fused1e_deterministic"]
+    assert row["rel_l2"]["fused1e"] < 1e-3
     assert all(row["rel_l2"][n] < 1e-3 for n in ("cur", "fused1", "fused2"))
     assert "problem" not in row.get("errors", {})
     assert "fp16 1x2:1x70x32/causal: TFLOPS cur" in capsys.readouterr().out

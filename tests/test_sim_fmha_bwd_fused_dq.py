@@ -48,6 +48,9 @@ CASES = [
     ("1x4:1x33:77x128/causal/bf16", 2, T32),
     ("1x4:2x50:70x80/noncausal/fp16/mask", 1, T32),
     ("1x2x77x128/causal/fp16", 4, {"DKV_TILE_M": 16, "DKV_TILE_N": 32}),
+    # DQ_EARLY: the product before the wait, then the workspace added to it
+    ("1x4:2x100x64/causal/bf16", 1, {**T32, "DQ_EARLY": 1}),
+    ("1x2x70x48/noncausal/fp16", 2, {**T32, "DQ_EARLY": 1}),
 ]
 
 
@@ -58,7 +61,8 @@ def test_fused_dq_gradients_match_float64(case, fused, tiles):
     assert [r.kernel for r in reports][-2:] == ["fmha_bwd_preprocess_dq_kernel",
                                                 "fmha_bwd_dkdvdq_kernel"]
     ref = attention_grads_f64(inp.q, inp.k, inp.v, dout, mask=inp.mask, causal=spec.causal)
-    _, _, _, g3, _ = _grads(case, tiles, seed)                # the three-launch backward
+    three = {k: v for k, v in tiles.items() if k != "DQ_EARLY"}
+    _, _, _, g3, _ = _grads(case, three, seed)                # the three-launch backward
     for name, r in zip(("dq", "dk", "dv"), ref):
         assert np.isfinite(g[name]).all(), (name, seed)
         err = rel_l2(g[name], r)
@@ -80,7 +84,7 @@ def test_dq_parts_change_no_bit():
     np.testing.assert_array_equal(out[0], out[2])
 
 
-def _fused_launches(text, seed):
+def _fused_launches(text, seed, early=0):
     """The fused plan on simulator arrays (the forward's out and lse from a simulated
     run), for sim.find_races."""
     spec = parse_spec(text)
@@ -104,15 +108,18 @@ def _fused_launches(text, seed):
              for x, n in ((inp.q, "dQ"), (inp.k, "dK"), (inp.v, "dV"))]
     L = plan_fmha_bwd("fused", q, k, v, o, do, np.array(g["lse"]), *grads,
                       mask=kernel_mask(None, spec.B, spec.Hq, spec.Sq, spec.Sk),
-                      causal=spec.causal, tiles={**T32, "DQ_FUSED": 1}, alloc=alloc)
+                      causal=spec.causal, tiles={**T32, "DQ_FUSED": 1, "DQ_EARLY": early},
+                      alloc=alloc)
     return L, g
 
 
-@pytest.mark.parametrize("case", ["1x2:1x100x64/causal/fp16", "1x2x70x64/noncausal/fp16"])
-def test_same_bits_in_any_block_order_and_residency(case):
+@pytest.mark.parametrize("case,early", [("1x2:1x100x64/causal/fp16", 0),
+                                        ("1x2x70x64/noncausal/fp16", 0),
+                                        ("1x2:1x100x64/causal/fp16", 1)])
+def test_same_bits_in_any_block_order_and_residency(case, early):
     """Shuffled start orders with random hand-overs, 2 resident blocks (find_races), and
     1 resident block: no race, no deadlock, the outputs bit-identical across orders."""
-    L, g = _fused_launches(case, seed=5)
+    L, g = _fused_launches(case, seed=5, early=early)
     assert [x.name for x in L] == ["bwd.preprocess", "bwd.dkdv"]
     sim.launch(L[0].kernel, L[0].grid, L[0].args)
     rep = sim.find_races(L[1].kernel, L[1].grid, L[1].args, orders=3, seed=3, resident=2)
@@ -125,7 +132,8 @@ def test_same_bits_in_any_block_order_and_residency(case):
     dq = L[1].args[9].data
     assert np.isfinite(dq).all()
     g1, _ = simulate_fmha_bwd("fused", *(x.data for x in L[1].args[:3]), L[1].args[3].data,
-                              causal=L[1].args[18], tiles={**T32, "DQ_FUSED": 1},
+                              causal=L[1].args[18],
+                              tiles={**T32, "DQ_FUSED": 1, "DQ_EARLY": early},
                               dtype="fp16", out=g["out"], lse=g["lse"])
     np.testing.assert_array_equal(dq, g1["dq"])
 
@@ -141,6 +149,11 @@ def test_planner_refusals_and_fallbacks():
     with pytest.raises(ValueError, match="DKV_SPLIT 1"):
         simulate_fmha_bwd("fused", inp.q, inp.k, inp.v, dout,
                           tiles={"DQ_FUSED": 1, "DKV_SPLIT": 2})
+    with pytest.raises(ValueError, match="DQ_EARLY.*needs DQ_FUSED"):
+        simulate_fmha_bwd("fused", inp.q, inp.k, inp.v, dout, tiles={"DQ_EARLY": 1})
+    with pytest.raises(ValueError, match="DQ_EARLY'. must be 0 or 1"):
+        simulate_fmha_bwd("fused", inp.q, inp.k, inp.v, dout,
+                          tiles={"DQ_FUSED": 1, "DQ_EARLY": 2})
     # D 256 splits dK/dV by default: the fused pass needs DKV_SPLIT 1 said explicitly
     s256 = parse_spec("1x1x20x256/causal/fp16")
     i256 = make_inputs(s256, 0)

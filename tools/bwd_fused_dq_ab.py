@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = ["4x32:8x4096x128/causal", "1x32:8x16384x128/causal", "16x32:8x1000x128/causal",
           "4x28:4x4096x128/causal", "16x12x1024x64/causal", "32x12x512x64/noncausal",
           "4x32x4096x96/causal"]
-OURS = {"cur": ("fused", {}), "fused1": ("fused_dq", {"DQ_FUSED": 1})}
+OURS = {"cur": ("fused", {}), "fused1": ("fused_dq", {"DQ_FUSED": 1}),
+        "fused1e": ("fused_dq", {"DQ_FUSED": 1, "DQ_EARLY": 1})}
 #: --parts2: also DQ_FUSED 2 (dQ's columns in two parts; tileiras 13.4 fails to compile it
 #: non-causal at D 128)
 PARTS2 = {"fused2": ("fused_dq", {"DQ_FUSED": 2})}
@@ -83,7 +84,7 @@ def _check(fam, p, x, prov, row, with_ref: bool, device):
         except Exception as e:  # noqa: BLE001 -- a provider that fails is a row note
             row.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"[:300]
     base = fam.gpu_config("fused", p, device)
-    for name in ("fused1", "fused2"):
+    for name in ("fused1", "fused1e", "fused2"):
         if name in outs:
             again = fam.gpu_call(OURS[name][0], p, x, {**base, **OURS[name][1]})
             again()
@@ -126,16 +127,15 @@ def _time(prov, reps: int, target_s: float, device, errors: dict) -> dict:
 
 def _line(text, dt, row) -> str:
     ms, tf = row.get("ms", {}), row.get("tflops", {})
-    parts = [f"{n} {tf[n]:.0f}" for n in ("cur", "fused1", "fused2", "sdpa-cudnn",
-                                          "sdpa-flash") if n in tf]
+    ours = [n for n in OURS if n != "cur"]
+    parts = [f"{n} {tf[n]:.0f}" for n in ("cur", *ours, "sdpa-cudnn", "sdpa-flash") if n in tf]
     s = f"{dt} {text}: TFLOPS " + ", ".join(parts)
     if "cur" in ms:
-        s += "; time/cur " + ", ".join(f"{n} {ms[n] / ms['cur']:.3f}"
-                                       for n in ("fused1", "fused2") if n in ms)
+        s += "; time/cur " + ", ".join(f"{n} {ms[n] / ms['cur']:.3f}" for n in ours if n in ms)
     if "sdpa-cudnn" in tf:
         s += "; /cuDNN " + ", ".join(f"{n} {tf[n] / tf['sdpa-cudnn']:.3f}"
-                                     for n in ("cur", "fused1", "fused2") if n in tf)
-    for k in ("fused1_deterministic", "fused2_deterministic", "fused1_eq_fused2"):
+                                     for n in ("cur", *ours) if n in tf)
+    for k in (*(f"{n}_deterministic" for n in ours), "fused1_eq_fused2"):
         if k in row:
             s += f"; {k} {row[k]}"
     if "err_ratio_vs_cudnn" in row:
@@ -144,6 +144,34 @@ def _line(text, dt, row) -> str:
     if row.get("errors"):
         s += f"; errors {row['errors']}"
     return s
+
+
+def _precompile(fam, a) -> int:
+    """tools/precompile.py's build (one process and CUDA context per worker) on the compile
+    units of every (problem, our provider) at the exact config the timing run uses."""
+    import multiprocessing as mp
+    from spak.tune.space import config_id
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import precompile
+    units = {}
+    for dt in a.dtypes:
+        for text in a.shapes:
+            p = fam.parse(f"{text}/{dt}")
+            base = fam.gpu_config("fused", p, a.device)
+            for kernel, extra in OURS.values():
+                cfg = {**base, **extra}          # as _providers plans it
+                u = fam.compile_unit(kernel, p, cfg, config_id(cfg, fam.space_keys))
+                if u is not None:
+                    units.setdefault(u["unit_id"], {**u, "family": fam.name})
+    todo = list(units.values())
+    t0, bad = time.time(), 0
+    print(f"{len(todo)} compile units, {a.precompile} processes", flush=True)
+    with mp.get_context("spawn").Pool(max(1, min(a.precompile, len(todo)))) as pool:
+        for case, status, secs in pool.imap_unordered(precompile.build, todo):
+            bad += status != "ok"
+            print(f"{secs:6.1f} s  {status:<4} {case}", flush=True)
+    print(f"precompiled {len(todo) - bad}/{len(todo)} in {time.time() - t0:.1f} s", flush=True)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -157,6 +185,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="start no new problem after this many seconds")
     ap.add_argument("--out", default=None, help="append one JSON row per problem")
+    ap.add_argument("--precompile", type=int, default=0, metavar="JOBS",
+                    help="only fill cuTile's disk cache with every provider's kernels, "
+                    "JOBS processes (tools/precompile.py's build on the exact configs)")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only under the tests' "
                     "simulated launch (tests/test_bwd_loop_cpu.py)")
     a = ap.parse_args(argv)
@@ -165,6 +196,8 @@ def main(argv=None) -> int:
     import torch
     from spak import families
     fam = families.get("fmha_bwd")
+    if a.precompile:
+        return _precompile(fam, a)
     t0 = time.time()
     gpu = torch.cuda.get_device_name(0) if a.device == "cuda" else a.device
     print(gpu, torch.__version__, flush=True)

@@ -337,7 +337,8 @@ def fmha_bwd_dkdvdq_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, 
                            TILE_N: ConstInt,       # keys per block
                            CAUSAL: ConstBool,
                            HAS_MASK: ConstBool,
-                           DQ_PARTS: ConstInt = 1):  # dQ's columns in parts (_dq_add)
+                           DQ_PARTS: ConstInt = 1,   # dQ's columns in parts (_dq_add)
+                           DQ_EARLY: ConstBool = False):   # the product before the wait
     n_kt = ct.num_blocks(0)
     lid = ct.atomic_add(Start, 0, 1.0).astype(ct.int32)      # logical id, in start order
     bid_n = n_kt - 1 - lid % n_kt
@@ -345,12 +346,12 @@ def fmha_bwd_dkdvdq_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, 
     num_kv_heads = K.shape[1]
     _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, scale,
                   chain // num_kv_heads, chain % num_kv_heads, bid_n, n_kt,
-                  HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, DQ_PARTS)
+                  HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, DQ_PARTS, DQ_EARLY)
 
 
 def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, scale, b,
                   kv_h, bid_n, n_kt, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
-                  DQ_PARTS):
+                  DQ_PARTS, DQ_EARLY):
     seq_q = Q.shape[2]
     seq_k = K.shape[2]
     diag = seq_k - seq_q
@@ -387,14 +388,14 @@ def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, sc
                                       HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
                                       WANT_DS=True)
             _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag,
-                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS)
+                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS, DQ_EARLY)
         for i in range(m_full, m_tiles):
             dk, dv, ds_t = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
                                       b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
                                       HEAD_DIM_V, TILE_M, TILE_N, False, HAS_MASK,
                                       WANT_DS=True)
             _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag,
-                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS)
+                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS, DQ_EARLY)
 
     dk = (dk * scale).astype(dK.dtype).reshape((1, 1, TILE_N, HEAD_DIM))
     ct.store(dK, index=(b, kv_h, bid_n, 0), tile=dk)
@@ -403,21 +404,21 @@ def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, sc
 
 
 def _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag, HEAD_DIM,
-            TILE_M, TILE_N, CAUSAL, DQ_PARTS):
+            TILE_M, TILE_N, CAUSAL, DQ_PARTS, DQ_EARLY):
     """Add this key tile's part dS K to query tile i's dQ, at its rank in the tile's fixed
     order (see the section's comment). The workspace is read and written without TMA: the
     counter's release/acquire orders the block's ordinary stores and loads. DQ_PARTS > 1:
     dQ's columns in that many parts, one after the other (K's columns loaded again), so
-    fewer float32 registers are live at once."""
+    fewer float32 registers are live at once. DQ_EARLY: the product dS K first (from zero),
+    then the wait, then the workspace added to it, so the product can run while the block
+    waits; else the product accumulates into the loaded workspace (one fewer add). The two
+    round differently; each is deterministic."""
     last_n = n_kt - 1                    # the highest key tile that sees query tile i
     if CAUSAL:                           # block j visits i iff j * TILE_N < (i+1)*TILE_M + diag
         last_n = min(ct.cdiv((i + 1) * TILE_M + diag, TILE_N), n_kt) - 1
     rank = last_n - bid_n
-    if rank > 0:
-        while ct.load(Count, index=(b, h, i * TILE_M), shape=(),
-                      memory_order=ct.MemoryOrder.ACQUIRE,
-                      memory_scope=ct.MemoryScope.DEVICE) < rank:
-            pass
+    if rank > 0 and not DQ_EARLY:
+        _wait_rank(Count, b, h, i, rank, TILE_M)
     ds = ds_t.permute((1, 0))                                # dS [TM, TN]
     width = HEAD_DIM // DQ_PARTS
     for part in range(DQ_PARTS):
@@ -426,11 +427,16 @@ def _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, dia
             k_part = ct.load(K, index=(b, kv_h, bid_n, part), shape=(1, 1, TILE_N, width),
                              padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, width))
         dq = ct.full((TILE_M, width), 0.0, dtype=ct.float32)
-        if rank > 0:
-            dq = ct.load(DqAcc, index=(b, h, i, part), shape=(1, 1, TILE_M, width),
-                         padding_mode=ct.PaddingMode.ZERO,
-                         allow_tma=False).reshape((TILE_M, width))
-        dq = ct.mma(ds, k_part, dq)                          # dQ += dS K (scaled at the end)
+        if DQ_EARLY:
+            dq = ct.mma(ds, k_part, dq)
+            if rank > 0:
+                if part == 0:
+                    _wait_rank(Count, b, h, i, rank, TILE_M)
+                dq = dq + _load_acc(DqAcc, b, h, i, part, TILE_M, width)
+        else:
+            if rank > 0:
+                dq = _load_acc(DqAcc, b, h, i, part, TILE_M, width)
+            dq = ct.mma(ds, k_part, dq)                      # dQ += dS K (scaled at the end)
         if bid_n == 0:                   # the last part: dQ itself
             ct.store(dQ, index=(b, h, i, part),
                      tile=(dq * scale).astype(dQ.dtype).reshape((1, 1, TILE_M, width)))
@@ -440,3 +446,16 @@ def _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, dia
     if bid_n != 0:
         ct.store(Count, index=(b, h, i * TILE_M), tile=rank + 1.0,
                  memory_order=ct.MemoryOrder.RELEASE, memory_scope=ct.MemoryScope.DEVICE)
+
+
+def _wait_rank(Count, b, h, i, rank, TILE_M):
+    """Spin until query tile i's counter reads rank (acquire: the parts before are seen)."""
+    while ct.load(Count, index=(b, h, i * TILE_M), shape=(),
+                  memory_order=ct.MemoryOrder.ACQUIRE,
+                  memory_scope=ct.MemoryScope.DEVICE) < rank:
+        pass
+
+
+def _load_acc(DqAcc, b, h, i, part, TILE_M, width):
+    return ct.load(DqAcc, index=(b, h, i, part), shape=(1, 1, TILE_M, width),
+                   padding_mode=ct.PaddingMode.ZERO, allow_tma=False).reshape((TILE_M, width))

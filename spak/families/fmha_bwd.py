@@ -175,7 +175,7 @@ class FmhaBackward(KernelFamily):
         if kernel not in self.kernels:
             raise ValueError(f"kernel must be one of {self.kernels}, got {kernel!r}")
         from spak.device.bwd_gpu import bwd_call
-        return bwd_call(problem, inputs, config, alloc=alloc)
+        return bwd_call(problem, inputs, kernel_tiles(kernel, config), alloc=alloc)
 
     def compile_call(self, unit, device="cuda"):
         from spak.device.bwd_gpu import bwd_compile_call
@@ -282,8 +282,9 @@ class FmhaBackward(KernelFamily):
 
     def knob_keys(self) -> tuple[str, ...]:
         """DQ_FUSED (gpu.plan_bwd.DQ_FUSED_VALUES): 0 the three-launch backward, 1/2/4 the
-        fused-dQ pass with dQ's columns in that many parts (a sweep space's ``knobs``)."""
-        return ("DQ_FUSED",)
+        fused-dQ pass with dQ's columns in that many parts; DQ_EARLY 0/1 (with DQ_FUSED:
+        dQ's product before the wait). A sweep space's ``knobs``."""
+        return ("DQ_FUSED", "DQ_EARLY")
 
     # the forward's: masked problems are not swept; rows carry B, Hq, Hkv, Sq, Sk, D
     sweep_skip = FmhaForward.sweep_skip
