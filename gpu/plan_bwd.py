@@ -23,7 +23,8 @@ from .plan import (Launch, _cdiv, _check_bool, _check_contiguous, _check_int, _c
                    _check_qkvo, _check_scale, _dtype_name, _launch, _resolve_alloc, _shape,
                    _tile_width, check_pow2_tiles, check_rows, merge_tiles)
 
-__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "DKV_SPLITS", "check_bwd_tiles",
+__all__ = ["BWD_KERNELS", "BWD_LAUNCH_NAMES", "BWD_TILE_KEYS", "DKV_SPLITS", "DQ_FUSED_VALUES", "EXTRA_KEYS",
+           "PARTIAL_WRITERS", "check_bwd_tiles", "launches_fused_dq",
            "default_bwd_tiles", "default_dkdv_split", "plan_fmha_bwd", "preprocess_tile_m"]
 
 BWD_KERNELS = ("fused",)
@@ -104,7 +105,9 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
     split = _check_split(tiles, D)
-    t = check_bwd_tiles({k: x for k, x in (tiles or {}).items() if k != "DKV_SPLIT"}
+    fused_dq = _check_fused_dq(tiles, split)
+    early = _check_dq_early(tiles, fused_dq)
+    t = check_bwd_tiles({k: x for k, x in (tiles or {}).items() if k not in EXTRA_KEYS}
                         if isinstance(tiles, dict) else tiles, D, causal)
     has_mask = mask is not None
     if has_mask:
@@ -118,6 +121,10 @@ def plan_fmha_bwd(kernel_name: str, q, k, v, out, dout, lse, dq, dk, dv, *,
     head_dim, head_dim_v = _tile_width(D), _tile_width(Dv)
     delta = alloc((B, Hq, Sq), "float32")
     lse2 = alloc((B, Hq, Sq), "float32")
+    if fused_dq and B * Hq * Sq > 0 and B * Hkv * Sk > 0:
+        return launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2,
+                                 scale, head_dim, head_dim_v, t, causal, has_mask, alloc,
+                                 parts=max(1, min(fused_dq, head_dim // 16)), early=early)
     launches = []
     if B * Hq * Sq > 0:
         pre_m = preprocess_tile_m(Dv)
@@ -147,6 +154,72 @@ def check_bwd_tiles(tiles, head_dim: int, causal: bool = False) -> dict[str, int
     t = merge_tiles(tiles, default_bwd_tiles(head_dim, causal=causal), BWD_TILE_KEYS,
                     f"keys among {BWD_TILE_KEYS}")
     return check_pow2_tiles(t, BWD_TILE_KEYS)
+
+
+def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, scale,
+                      head_dim, head_dim_v, t, causal, has_mask, alloc,
+                      parts: int = 1, early: bool = False) -> list[Launch]:
+    """DQ_FUSED 1: the preprocess (which also zeroes the counters and the ticket), then
+    dK, dV and dQ in one pass (gpu/kernels/fmha_bwd.py, section 4). Workspaces: the float32
+    dQ accumulator [B, Hq, Sq, D], a counter per query row [B, Hq, Sq] and the ticket (1,).
+    dQ's tiles are the dK/dV pass's DKV_TILE_M rows; DQ_TILE_M/N are not used."""
+    B, Hq, Sq, D = _shape("q", q)
+    Hkv, Sk = _shape("k", k)[1:3]
+    blocks = _cdiv(Sk, t["DKV_TILE_N"]) * B * Hkv
+    if blocks >= 1 << 24:       # the float32 ticket counts blocks exactly below 2^24
+        raise ValueError(f"tiles['DQ_FUSED']: {blocks} dK/dV blocks (B * Hkv * key tiles) "
+                         f"exceed the fused pass's 2^24; use DQ_FUSED 0")
+    acc = alloc((B, Hq, Sq, D), "float32")
+    count = alloc((B, Hq, Sq), "float32")
+    start = alloc((1,), "float32")
+    pre_m = preprocess_tile_m(head_dim_v)
+    return [
+        _launch(_bwd.fmha_bwd_preprocess_dq_kernel, (_cdiv(Sq, pre_m), B * Hq, 1),
+                (out, dout, lse, delta, lse2, count, start, head_dim_v, pre_m),
+                "bwd.preprocess"),
+        _launch(_bwd.fmha_bwd_dkdvdq_kernel, (_cdiv(Sk, t["DKV_TILE_N"]), B * Hkv, 1),
+                (q, k, v, dout, lse2, delta, mask, dk, dv, dq, acc, count, start, scale,
+                 head_dim, head_dim_v, t["DKV_TILE_M"], t["DKV_TILE_N"], causal, has_mask,
+                 parts, early), "bwd.dkdv"),
+    ]
+
+
+#: kernels whose workspaces are partly left unwritten by design (the simulator's
+#: unwritten-output check does not apply to them; their outputs are checked as gradients)
+PARTIAL_WRITERS = (_bwd.fmha_bwd_dkdvdq_kernel,)
+
+
+#: tiles keys beside BWD_TILE_KEYS: DKV_SPLIT (dK/dV column parts), DQ_FUSED (0: the
+#: three-launch backward, the default; 1, 2, 4: dQ accumulated in the dK/dV pass) and
+#: DQ_EARLY (0, 1; with DQ_FUSED: the dS K product before the wait, _dq_add)
+EXTRA_KEYS = ("DKV_SPLIT", "DQ_FUSED", "DQ_EARLY")
+
+
+#: tiles["DQ_FUSED"]: 0 (or absent) the three-launch backward; 1, 2, 4 the fused-dQ pass
+#: with dQ's columns added in that many parts
+DQ_FUSED_VALUES = (0, 1, 2, 4)
+
+
+def _check_fused_dq(tiles, split: int) -> int:
+    v = tiles.get("DQ_FUSED", 0) if isinstance(tiles, dict) else 0
+    if v is None:
+        v = 0
+    if isinstance(v, bool) or v not in DQ_FUSED_VALUES:
+        raise ValueError(f"tiles['DQ_FUSED'] must be one of {DQ_FUSED_VALUES}, got {v!r}")
+    if v and split != 1:
+        raise ValueError(f"tiles['DQ_FUSED'] needs DKV_SPLIT 1 (the default for head "
+                         f"dims <= 128), got DKV_SPLIT {split}")
+    return v
+
+
+def _check_dq_early(tiles, fused_dq: int) -> bool:
+    v = tiles.get("DQ_EARLY", 0) if isinstance(tiles, dict) else 0
+    v = 0 if v is None else v
+    if isinstance(v, bool) or v not in (0, 1):
+        raise ValueError(f"tiles['DQ_EARLY'] must be 0 or 1, got {v!r}")
+    if v and not fused_dq:
+        raise ValueError("tiles['DQ_EARLY'] = 1 needs DQ_FUSED (the fused-dQ pass)")
+    return bool(v)
 
 
 #: dK/dV column parts (tiles["DKV_SPLIT"]): 1, 2 or 4; 0 or absent: default_dkdv_split(D)

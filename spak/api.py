@@ -500,8 +500,8 @@ def _bwd_config(device, dtype, D: int, causal: bool, Sk: int) -> tuple:
                               "seq_bucket": tuned.seq_bucket(Sk)})
     config = (None, None)
     if found:
-        from spak.gpu.plan_bwd import BWD_TILE_KEYS
-        t = {k: int(found[k]) for k in (*BWD_TILE_KEYS, "DKV_SPLIT") if found.get(k) is not None}
+        from spak.gpu.plan_bwd import BWD_TILE_KEYS, EXTRA_KEYS
+        t = {k: int(found[k]) for k in (*BWD_TILE_KEYS, *EXTRA_KEYS) if found.get(k) is not None}
         h = {k: int(found[k]) for k in ("occupancy", "num_ctas") if found.get(k) is not None}
         config = (t or None, h or None)
     if len(_bwd_cache) >= 512:

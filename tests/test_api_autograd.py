@@ -522,6 +522,7 @@ def sim_kernels(monkeypatch, tmp_path):
     import cuda.tile as ct
     import numpy as np
     from spak import sim
+    from spak.gpu.plan_bwd import PARTIAL_WRITERS
     monkeypatch.setenv("SPAK_TUNED_CONFIGS", str(tmp_path / "none.json"))   # default tiles
     monkeypatch.setattr(api, "validate", lambda *a, **kw: REAL_VALIDATE(*a, require_cuda=False,
                                                                         **kw))
@@ -543,7 +544,9 @@ def sim_kernels(monkeypatch, tmp_path):
                 arrays.append(arr)
             else:
                 arrays.append(a)
-        sim.launch(kernel, grid, tuple(arrays), model="sm_90")
+        # the fused-dQ pass leaves parts of its workspaces unwritten by design
+        sim.launch(kernel, grid, tuple(arrays), model="sm_90",
+                   check_unwritten=kernel not in PARTIAL_WRITERS)
         for t, arr in back:
             t.copy_(torch.from_numpy(np.asarray(arr.data)))
         names.append(kernel._annotated_function.pyfunc.__name__)
@@ -592,6 +595,31 @@ def test_the_prepared_backward_gives_the_simulators_bits(sim_kernels):
     assert len(ready.kept) == 1                      # steps 2 and 3 shared one workspace
     assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_kernel",
                            "fmha_bwd_dkdv_kernel", "fmha_bwd_dq_kernel"] * 3
+
+
+def test_a_stored_fused_dq_config_trains_through_spak_fmha(sim_kernels, monkeypatch):
+    """Issue 35: a store entry with DQ_FUSED 1 (here: spak.api._bwd_config's answer) makes
+    spak.fmha's backward the two-launch fused-dQ pass, twice (the second step through the
+    prepared launcher and its kept workspaces); its gradients are the simulator's own for
+    that plan, bit for bit, and near float64."""
+    import numpy as np
+    from spak.cpu.simrun_bwd import simulate_fmha_bwd
+    from spak.gpu.plan import default_tiles
+    monkeypatch.setattr(api, "_bwd_config", lambda *a: ({"DQ_FUSED": 1}, None))
+    for seed in (31, 32):
+        q, k, v = qkv(Hq=4, Hkv=2, Sq=70, Sk=70, D=32, seed=seed)
+        dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(q.dtype)
+        out, got = spak_grads(q, k, v, dout, is_causal=True, enable_gqa=True)
+        held = lambda t: t.detach().numpy()                      # noqa: E731
+        ref, _ = simulate_fmha_bwd("fused", held(q), held(k), held(v), held(dout), causal=True,
+                                   fwd_tiles=default_tiles(32, ARCH, True),
+                                   tiles={"DQ_FUSED": 1}, dtype="fp16")
+        for name_, t in zip(("dq", "dk", "dv"), got):
+            assert np.array_equal(held(t), ref[name_]), name_
+        _, want = expected_grads(q, k, v, dout, is_causal=True, enable_gqa=True)
+        assert_close_grads(got, want, 3e-3)
+    assert sim_kernels == ["fmha_fwd_lse_kernel", "fmha_bwd_preprocess_dq_kernel",
+                           "fmha_bwd_dkdvdq_kernel"] * 2
 
 
 def test_self_attention_with_one_tensor_for_q_k_v_on_the_simulator(sim_kernels):

@@ -58,3 +58,28 @@ def test_family_compile_variant():
         {"kernel": "fused", "arch": "sm_75", "dtype": "fp16", "head_dim": 128,
          "causal": True, "mask": False})
     assert not r["ok"] and r["tiles"] == default_bwd_tiles(128, "sm_75", True)
+
+
+# the fused-dQ backward (DQ_FUSED, issue 35): its two launches after the forward's LSE
+FUSED_COVER = [
+    ("sm_90", "float16", 64, True, True, 1),
+    ("sm_90", "bfloat16", 128, False, False, 1),
+    ("sm_90", "float16", 128, True, False, 2),     # 2 parts, non-causal: tileiras exit 5
+    ("sm_120", "float16", 128, True, False, 1),
+    ("sm_89", "bfloat16", 64, False, True, 1),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("v", FUSED_COVER, ids=lambda v: "-".join(map(str, v)))
+def test_fused_dq_backward_compiles(v):
+    arch, dtype, d, causal, mask, parts = v
+    tiles = {**default_bwd_tiles(d, arch), "DQ_FUSED": parts}
+    r = compile_bwd_variant(arch=arch, dtype=dtype, head_dim=d, causal=causal,
+                            has_mask=mask, tiles=tiles)
+    assert r["ok"], r["error"]
+    assert [k["name"] for k in r["kernels"]] == ["fused.lse", "bwd.preprocess", "bwd.dkdv"]
+    assert all(k["cubin_bytes"] > 0 for k in r["kernels"])
+    L = bwd_variant_launches(dtype=dtype, head_dim=d, causal=causal, has_mask=mask,
+                             tiles=tiles)
+    assert L[-1].kernel._annotated_function.pyfunc.__name__ == "fmha_bwd_dkdvdq_kernel"

@@ -429,6 +429,11 @@ def test_precompile_units_follow_the_runs_configs():
     assert u["config"]["DQ_TILE_M"] == get("fmha_bwd").default_config(
         get("fmha_bwd").parse("2x4:2x1000x256/causal/fp16"))["DQ_TILE_M"]
     assert len(units("fmha_bwd", ["2x4:2x1000x256/causal"], dtype="all", device="cpu")) == 2
+    # --kernel fused_dq: the config tools/bwd_fused_dq_ab.py launches (DQ_FUSED 1), its own unit
+    (f,) = units("fmha_bwd", ["2x4:2x1000x128/causal"], device="cpu", kernel="fused_dq")
+    (p,) = units("fmha_bwd", ["2x4:2x1000x128/causal"], device="cpu")
+    assert f["config"]["DQ_FUSED"] == 1 and "DQ_FUSED" not in p["config"]
+    assert f["unit_id"] != p["unit_id"] and f["kernel"] == "fused_dq"
 
 
 @pytest.mark.parametrize("family", ["fmha_fwd", "fmha_bwd"])

@@ -417,7 +417,7 @@ def test_family_registered_and_its_cost_and_config():
     assert families.get("fmha_bwd") is FAM and "fmha_bwd" in families.names()
     spec = parse_spec("2x8:2x1000x128/causal")
     assert FAM.flops(spec) == 2.5 * spec.flops
-    assert FAM.outputs == ("dq", "dk", "dv") and FAM.kernels == ("fused",)
+    assert FAM.outputs == ("dq", "dk", "dv") and FAM.kernels == ("fused", "fused_dq")
     assert FAM.default_config(spec) == default_bwd_tiles(128, "sm_90", True)
     assert FAM.store_key(spec)["head_dim"] == 128
     assert fam_mod.bwd_tiles_dict((32, 64)) == {"DKV_TILE_M": 32, "DKV_TILE_N": 64,

@@ -9,6 +9,7 @@ JIT specialisation) for a problem and the config `spak run` would use, launched 
     python tools/precompile.py --family fmha_bwd --dtype all --jobs 8 SHAPE...
     python tools/precompile.py --family fmha_fwd --tiles default,128x128 SHAPE...
     python tools/precompile.py --family fmha_bwd --config '{"DKV_TILE_M": 32}' SHAPE...
+    python tools/precompile.py --family fmha_bwd --kernel fused_dq SHAPE...
     python tools/precompile.py --list ...   # the units only, default configs (no GPU)
 
 --tiles: `spak run --tiles` values (MxN) or "default" (the tuned store's entry, else the
@@ -28,20 +29,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def units(family: str, shapes, dtype: str = "fp16", tiles=("default",), config=None,
-          device: str = "cuda") -> list[dict]:
-    """The distinct compile units of the family's first kernel for every selected problem
-    and every config asked for (``tiles`` items: "default" or an (M, N) pair)."""
+          device: str = "cuda", kernel=None) -> list[dict]:
+    """The distinct compile units of the family's kernel (default: its first) for every
+    selected problem and every config asked for (``tiles`` items: "default" or an (M, N)
+    pair)."""
     from spak import families
     from spak.tune.space import config_id
     fam = families.get(family)
-    kernel = fam.kernels[0]
+    kernel = kernel or fam.kernels[0]
     out: dict = {}
     for p in fam.select(shapes, dtype=dtype, causal="both"):
         for t in tiles:
             if config is not None:
                 cfg = {**fam.default_config(p), **config}
-            elif t == "default" and device != "cuda":     # --list here: no store lookup
-                cfg = fam.default_config(p)
+            elif t == "default" and device != "cuda" and kernel == fam.kernels[0]:
+                cfg = fam.default_config(p)             # --list here: no store lookup
             else:
                 cfg = fam.gpu_config(kernel, p, device, tiles=None if t == "default" else t)
             u = fam.compile_unit(kernel, p, cfg, config_id(cfg, fam.space_keys))
@@ -77,10 +79,12 @@ def main(argv=None) -> int:
                     help="comma-separated: default and/or MxN (default: default)")
     ap.add_argument("--config", type=json.loads, default=None)
     ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--kernel", default=None, help="the family's kernel (default: its first; "
+                    "e.g. fmha_bwd's fused_dq)")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args(argv)
     todo = units(a.family, a.shapes, a.dtype, a.tiles, a.config,
-                 "cpu" if a.list else "cuda")
+                 "cpu" if a.list else "cuda", a.kernel)
     print(f"{len(todo)} compile units of {a.family}, {a.jobs} processes", flush=True)
     if a.list:
         for u in todo:

@@ -56,10 +56,12 @@ POS_INF = math.inf
 def fmha_bwd_preprocess_kernel(Out, dOut, Lse, Delta, Lse2,
                                HEAD_DIM_V: ConstInt,   # tile width of Dv (power of two)
                                TILE_M: ConstInt):      # rows per block
-    bid_m = ct.bid(0)
     num_heads = Out.shape[1]
-    b = ct.bid(1) // num_heads
-    h = ct.bid(1) % num_heads
+    _preprocess_block(Out, dOut, Lse, Delta, Lse2, ct.bid(1) // num_heads,
+                      ct.bid(1) % num_heads, ct.bid(0), HEAD_DIM_V, TILE_M)
+
+
+def _preprocess_block(Out, dOut, Lse, Delta, Lse2, b, h, bid_m, HEAD_DIM_V, TILE_M):
     # columns past Dv and rows past Sq load as zeros; those rows are dropped by the store
     o = ct.load(Out, index=(b, h, bid_m, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM_V))
@@ -158,9 +160,10 @@ def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
 
 def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_b, mask_h,
                bid_n, i, diag, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
-               SPLIT=1, part=0):
+               SPLIT=1, part=0, WANT_DS=False):
     """Fold query tile i of head h into (dk, dv), on transposed [TN, TM] tiles; with
-    SPLIT > 1, into columns part of SPLIT of dk and dv."""
+    SPLIT > 1, into columns part of SPLIT of dk and dv. WANT_DS (the fused-dQ kernel):
+    also return dS^T, rounded to the input dtype as the dK product takes it."""
     q = ct.load(Q, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, HEAD_DIM))
     do = ct.load(dOut, index=(b, h, i, 0), shape=(1, 1, TILE_M, HEAD_DIM_V),
@@ -194,8 +197,10 @@ def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_
 
     dpt = ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32)
     dpt = ct.mma(v, do.permute((1, 0)), dpt)                # dP^T = V dO^T
-    ds_t = p_t * (dpt - delta)                              # dS^T
-    dk = ct.mma(ds_t.astype(k.dtype), q_part, dk)           # dK += dS^T Q (scaled at the end)
+    ds_t = (p_t * (dpt - delta)).astype(k.dtype)            # dS^T
+    dk = ct.mma(ds_t, q_part, dk)                           # dK += dS^T Q (scaled at the end)
+    if WANT_DS:
+        return dk, dv, ds_t
     return dk, dv
 
 
@@ -285,3 +290,172 @@ def _dq_step(K, V, Mask, q, do, lse2, delta, dq, q_pos, c, b, kv_h, mask_b, mask
     dp = ct.mma(do, v_t, dp)                                 # dP = dO V^T
     ds = p * (dp - delta)
     return ct.mma(ds.astype(k.dtype), k, dq)                 # dQ += dS K (scaled at the end)
+
+
+# --------------------------------------------------------------------------------------
+# 4. Fused dQ (opt-in, tiles["DQ_FUSED"] = 1): dK, dV and dQ in one pass, two launches
+# --------------------------------------------------------------------------------------
+# The three-launch backward does 7 matrix products per (query tile, key tile) pair, because
+# the dQ kernel recomputes S and dP; here the dK/dV block also forms dQ's part dS K from
+# the dS^T it already has (5 products). Each dQ tile of TILE_M rows then takes one part
+# from every key tile that sees it, from different blocks. They are summed in float32 in
+# a FIXED order, the last key tile first and key tile 0 last, through a workspace DqAcc:
+# the block of rank r in that order waits until the tile's counter reads r (acquire),
+# adds its part to the workspace, and sets the counter to r + 1 (release). Same order on
+# every run: deterministic bits, and the simulator can follow them. Key tile 0 adds last
+# and writes dQ itself (scaled, cast), so there is no third launch.
+#
+# Why this order: under causal masking key tile j sees query tiles j.., so a block started
+# with the others reaches query tile i at its step i - j. Tile i's parts then arrive
+# highest key tile first without anyone waiting, when blocks of a (batch, kv head) start
+# together. Which blocks start first is up to the GPU: each block takes a logical id from
+# an atomic ticket (Start) at its start, as decoupled look-back scans do, and serves key
+# tile n_kt - 1 - id (per batch and kv head). A block only ever waits on blocks of smaller
+# ids, which have started, so the waits cannot deadlock however few blocks fit at once.
+# Counters and the ticket are float32 (the workspaces' one dtype; exact below 2^24).
+
+@ct.kernel(occupancy=4)
+def fmha_bwd_preprocess_dq_kernel(Out, dOut, Lse, Delta, Lse2, Count, Start,
+                                  HEAD_DIM_V: ConstInt, TILE_M: ConstInt):
+    """The preprocess, plus the fused pass's counters (one per query row; the dK/dV pass
+    uses the first row's of each of its query tiles) and the ticket set to zero."""
+    num_heads = Out.shape[1]
+    b = ct.bid(1) // num_heads
+    h = ct.bid(1) % num_heads
+    _preprocess_block(Out, dOut, Lse, Delta, Lse2, b, h, ct.bid(0), HEAD_DIM_V, TILE_M)
+    ct.store(Count, index=(b, h, ct.bid(0)),
+             tile=ct.full((1, 1, TILE_M), 0.0, dtype=ct.float32))
+    if ct.bid(0) == 0 and ct.bid(1) == 0:
+        ct.store(Start, index=(0,), tile=ct.full((1,), 0.0, dtype=ct.float32))
+
+
+@ct.kernel(occupancy=ct.ByTarget(sm_90=2))
+def fmha_bwd_dkdvdq_kernel(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, Start,
+                           scale: float,
+                           HEAD_DIM: ConstInt, HEAD_DIM_V: ConstInt,
+                           TILE_M: ConstInt,       # query rows per step (and per dQ tile)
+                           TILE_N: ConstInt,       # keys per block
+                           CAUSAL: ConstBool,
+                           HAS_MASK: ConstBool,
+                           DQ_PARTS: ConstInt = 1,   # dQ's columns in parts (_dq_add)
+                           DQ_EARLY: ConstBool = False):   # the product before the wait
+    n_kt = ct.num_blocks(0)
+    lid = ct.atomic_add(Start, 0, 1.0).astype(ct.int32)      # logical id, in start order
+    bid_n = n_kt - 1 - lid % n_kt
+    chain = lid // n_kt
+    num_kv_heads = K.shape[1]
+    _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, scale,
+                  chain // num_kv_heads, chain % num_kv_heads, bid_n, n_kt,
+                  HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK, DQ_PARTS, DQ_EARLY)
+
+
+def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, scale, b,
+                  kv_h, bid_n, n_kt, HEAD_DIM, HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
+                  DQ_PARTS, DQ_EARLY):
+    seq_q = Q.shape[2]
+    seq_k = K.shape[2]
+    diag = seq_k - seq_q
+    group = Q.shape[1] // K.shape[1]
+    c = scale * LOG2E
+    k = ct.load(K, index=(b, kv_h, bid_n, 0), shape=(1, 1, TILE_N, HEAD_DIM),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM))
+    v = ct.load(V, index=(b, kv_h, bid_n, 0), shape=(1, 1, TILE_N, HEAD_DIM_V),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, HEAD_DIM_V))
+    dk = ct.full((TILE_N, HEAD_DIM), 0.0, dtype=ct.float32)
+    dv = ct.full((TILE_N, HEAD_DIM_V), 0.0, dtype=ct.float32)
+    key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]     # [TN, 1]
+
+    m_tiles = ct.cdiv(seq_q, TILE_M)
+    if CAUSAL:               # as _dkdv_block
+        m_start = min(max(bid_n * TILE_N - diag, 0) // TILE_M, m_tiles)
+        last_key = bid_n * TILE_N + TILE_N - 1
+        m_full = max(min(ct.cdiv(max(last_key - diag, 0), TILE_M), m_tiles), m_start)
+    else:
+        m_start = 0
+        m_full = 0
+
+    mask_b = min(b, Mask.shape[0] - 1)
+    for g in range(group):
+        h = kv_h * group + g
+        mask_h = min(h, Mask.shape[1] - 1)
+        if bid_n == 0:       # query tiles no key sees (causal, Sq > Sk): dQ = 0
+            for i in range(0, m_start):
+                ct.store(dQ, index=(b, h, i, 0),
+                         tile=ct.full((1, 1, TILE_M, HEAD_DIM), 0.0, dtype=dQ.dtype))
+        for i in range(m_start, m_full):
+            dk, dv, ds_t = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
+                                      b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
+                                      HEAD_DIM_V, TILE_M, TILE_N, CAUSAL, HAS_MASK,
+                                      WANT_DS=True)
+            _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag,
+                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS, DQ_EARLY)
+        for i in range(m_full, m_tiles):
+            dk, dv, ds_t = _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c,
+                                      b, h, mask_b, mask_h, bid_n, i, diag, HEAD_DIM,
+                                      HEAD_DIM_V, TILE_M, TILE_N, False, HAS_MASK,
+                                      WANT_DS=True)
+            _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag,
+                    HEAD_DIM, TILE_M, TILE_N, CAUSAL, DQ_PARTS, DQ_EARLY)
+
+    dk = (dk * scale).astype(dK.dtype).reshape((1, 1, TILE_N, HEAD_DIM))
+    ct.store(dK, index=(b, kv_h, bid_n, 0), tile=dk)
+    ct.store(dV, index=(b, kv_h, bid_n, 0),
+             tile=dv.astype(dV.dtype).reshape((1, 1, TILE_N, HEAD_DIM_V)))
+
+
+def _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, diag, HEAD_DIM,
+            TILE_M, TILE_N, CAUSAL, DQ_PARTS, DQ_EARLY):
+    """Add this key tile's part dS K to query tile i's dQ, at its rank in the tile's fixed
+    order (see the section's comment). The workspace is read and written without TMA: the
+    counter's release/acquire orders the block's ordinary stores and loads. DQ_PARTS > 1:
+    dQ's columns in that many parts, one after the other (K's columns loaded again), so
+    fewer float32 registers are live at once. DQ_EARLY: the product dS K first (from zero),
+    then the wait, then the workspace added to it, so the product can run while the block
+    waits; else the product accumulates into the loaded workspace (one fewer add). The two
+    round differently; each is deterministic."""
+    last_n = n_kt - 1                    # the highest key tile that sees query tile i
+    if CAUSAL:                           # block j visits i iff j * TILE_N < (i+1)*TILE_M + diag
+        last_n = min(ct.cdiv((i + 1) * TILE_M + diag, TILE_N), n_kt) - 1
+    rank = last_n - bid_n
+    if rank > 0 and not DQ_EARLY:
+        _wait_rank(Count, b, h, i, rank, TILE_M)
+    ds = ds_t.permute((1, 0))                                # dS [TM, TN]
+    width = HEAD_DIM // DQ_PARTS
+    for part in range(DQ_PARTS):
+        k_part = k
+        if DQ_PARTS > 1:
+            k_part = ct.load(K, index=(b, kv_h, bid_n, part), shape=(1, 1, TILE_N, width),
+                             padding_mode=ct.PaddingMode.ZERO).reshape((TILE_N, width))
+        dq = ct.full((TILE_M, width), 0.0, dtype=ct.float32)
+        if DQ_EARLY:
+            dq = ct.mma(ds, k_part, dq)
+            if rank > 0:
+                if part == 0:
+                    _wait_rank(Count, b, h, i, rank, TILE_M)
+                dq = dq + _load_acc(DqAcc, b, h, i, part, TILE_M, width)
+        else:
+            if rank > 0:
+                dq = _load_acc(DqAcc, b, h, i, part, TILE_M, width)
+            dq = ct.mma(ds, k_part, dq)                      # dQ += dS K (scaled at the end)
+        if bid_n == 0:                   # the last part: dQ itself
+            ct.store(dQ, index=(b, h, i, part),
+                     tile=(dq * scale).astype(dQ.dtype).reshape((1, 1, TILE_M, width)))
+        else:
+            ct.store(DqAcc, index=(b, h, i, part), tile=dq.reshape((1, 1, TILE_M, width)),
+                     allow_tma=False)
+    if bid_n != 0:
+        ct.store(Count, index=(b, h, i * TILE_M), tile=rank + 1.0,
+                 memory_order=ct.MemoryOrder.RELEASE, memory_scope=ct.MemoryScope.DEVICE)
+
+
+def _wait_rank(Count, b, h, i, rank, TILE_M):
+    """Spin until query tile i's counter reads rank (acquire: the parts before are seen)."""
+    while ct.load(Count, index=(b, h, i * TILE_M), shape=(),
+                  memory_order=ct.MemoryOrder.ACQUIRE,
+                  memory_scope=ct.MemoryScope.DEVICE) < rank:
+        pass
+
+
+def _load_acc(DqAcc, b, h, i, part, TILE_M, width):
+    return ct.load(DqAcc, index=(b, h, i, part), shape=(1, 1, TILE_M, width),
+                   padding_mode=ct.PaddingMode.ZERO, allow_tma=False).reshape((TILE_M, width))

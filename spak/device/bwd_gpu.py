@@ -323,13 +323,16 @@ def bwd_sim_slices(problem, inputs, outputs, tiles, make_inputs, *, heads: int =
 
     make_inputs(q, k, v, mask, dout, out, lse): the family's numpy inputs of a slice.
     """
-    from spak.gpu.plan_bwd import check_bwd_tiles
+    from spak.gpu.plan_bwd import EXTRA_KEYS, check_bwd_tiles
     p = problem
-    t = check_bwd_tiles(tiles, p.D, p.causal)
+    extra = {k: v for k, v in (tiles or {}).items() if k in EXTRA_KEYS}
+    t = {**check_bwd_tiles({k: v for k, v in (tiles or {}).items() if k not in EXTRA_KEYS},
+                           p.D, p.causal), **extra}
     group = p.Hq // p.Hkv
     hkv = max(1, min(p.Hkv, heads // group))
     hq = hkv * group
-    n, m = t["DKV_TILE_N"], t["DQ_TILE_M"]
+    # the fused-dQ pass (DQ_FUSED) sums dQ in tiles of the dK/dV pass's query rows
+    n, m = t["DKV_TILE_N"], t["DKV_TILE_M" if extra.get("DQ_FUSED") else "DQ_TILE_M"]
     half = work // 2
     keys = max(n, half // max(1, p.Sq * p.D * hq) // n * n)
     rows = max(m, half // max(1, p.Sk * p.D * hq) // m * m)

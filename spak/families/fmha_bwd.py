@@ -44,7 +44,9 @@ class BwdInputs(NamedTuple):
 class FmhaBackward(KernelFamily):
     name = "fmha_bwd"
     title = "fused multi-head attention, backward: dQ, dK, dV (causal, masks, GQA, Sq != Sk)"
-    kernels = ("fused",)
+    #: fused_dq: the fused-dQ backward (tiles DQ_FUSED, default 1 here: dQ summed in the dK/dV
+    #: pass; gpu/kernels/fmha_bwd.py section 4), opt-in until a GPU says it is faster
+    kernels = ("fused", "fused_dq")
     outputs = ("dq", "dk", "dv")
     metric = "TFLOPS"
     space_keys = ("DKV_TILE_M", "DKV_TILE_N", "DQ_TILE_M", "DQ_TILE_N", "occupancy",
@@ -108,15 +110,16 @@ class FmhaBackward(KernelFamily):
         """arrays: q, k, v, out, dout, lse (the forward's), dq, dk, dv."""
         from spak.gpu.plan_bwd import plan_fmha_bwd
         a = arrays
-        return plan_fmha_bwd(kernel, a["q"], a["k"], a["v"], a["out"], a["dout"], a["lse"],
+        return plan_fmha_bwd("fused", a["q"], a["k"], a["v"], a["out"], a["dout"], a["lse"],
                              a["dq"], a["dk"], a["dv"], mask=mask, causal=causal,
-                             scale=scale, tiles=tiles, alloc=alloc)
+                             scale=scale, tiles=kernel_tiles(kernel, tiles), alloc=alloc)
 
     def simulate(self, kernel, problem, inputs, *, tiles=None, model="sm_90"):
         from spak.cpu.simrun_bwd import simulate_fmha_bwd
-        g, reports = simulate_fmha_bwd(kernel, inputs.q, inputs.k, inputs.v, inputs.dout,
+        g, reports = simulate_fmha_bwd("fused", inputs.q, inputs.k, inputs.v, inputs.dout,
                                        mask=inputs.mask, causal=problem.causal,
-                                       tiles=bwd_tiles_dict(tiles), model=model,
+                                       tiles=kernel_tiles(kernel, bwd_tiles_dict(tiles)),
+                                       model=model,
                                        dtype=problem.dtype, out=inputs.out, lse=inputs.lse)
         return {"dq": g["dq"], "dk": g["dk"], "dv": g["dv"]}, reports
 
@@ -126,9 +129,10 @@ class FmhaBackward(KernelFamily):
         tiles = bwd_tiles_dict(item.get("tiles")) or default_bwd_tiles(
             item["head_dim"], item["arch"], causal=item["causal"])
         dtype = {"fp16": "float16", "bf16": "bfloat16"}[item["dtype"]]
+        tiles = kernel_tiles(item.get("kernel", "fused"), dict(tiles))
         r = compile_bwd_variant(arch=item["arch"], dtype=dtype, head_dim=item["head_dim"],
                                 causal=item["causal"], has_mask=item["mask"],
-                                tiles=dict(tiles), hints=item.get("hints"))
+                                tiles=tiles, hints=item.get("hints"))
         return {**r, "tiles": dict(tiles)}
 
     # the GPU loop (`spak run`, the sweep's worker): spak/device/bwd_gpu.py, bwd_peers.py.
@@ -155,18 +159,23 @@ class FmhaBackward(KernelFamily):
         """--tiles MxN: M query rows and N keys per step in both kernels (no hints); else
         the tuned store's entry for the device's GPU, else the default tiles."""
         if tiles is not None:
-            return bwd_tiles_dict(tiles)
+            return kernel_tiles(kernel, bwd_tiles_dict(tiles))
         from spak.device.bwd_gpu import bwd_config
+        if kernel == "fused_dq":     # the store's entries are the first kernel's
+            return kernel_tiles(kernel, bwd_config(self, "fused", problem, device))
         return bwd_config(self, kernel, problem, device)
 
     def workspace_bytes(self, kernel, problem) -> int:
-        return 8 * problem.B * problem.Hq * problem.Sq       # delta and lse2, float32
+        rows = problem.B * problem.Hq * problem.Sq
+        if kernel == "fused_dq":     # + the float32 dQ accumulator and a counter per row
+            return rows * (12 + 4 * problem.D) + 4
+        return 8 * rows                                      # delta and lse2, float32
 
     def gpu_call(self, kernel, problem, inputs, config, *, alloc=None):
         if kernel not in self.kernels:
             raise ValueError(f"kernel must be one of {self.kernels}, got {kernel!r}")
         from spak.device.bwd_gpu import bwd_call
-        return bwd_call(problem, inputs, config, alloc=alloc)
+        return bwd_call(problem, inputs, kernel_tiles(kernel, config), alloc=alloc)
 
     def compile_call(self, unit, device="cuda"):
         from spak.device.bwd_gpu import bwd_compile_call
@@ -271,6 +280,12 @@ class FmhaBackward(KernelFamily):
     }
     sweep_peers = ("sdpa-cudnn", "sdpa-flash")
 
+    def knob_keys(self) -> tuple[str, ...]:
+        """DQ_FUSED (gpu.plan_bwd.DQ_FUSED_VALUES): 0 the three-launch backward, 1/2/4 the
+        fused-dQ pass with dQ's columns in that many parts; DQ_EARLY 0/1 (with DQ_FUSED:
+        dQ's product before the wait). A sweep space's ``knobs``."""
+        return ("DQ_FUSED", "DQ_EARLY")
+
     # the forward's: masked problems are not swept; rows carry B, Hq, Hkv, Sq, Sk, D
     sweep_skip = FmhaForward.sweep_skip
     row_fields = FmhaForward.row_fields
@@ -286,6 +301,18 @@ class FmhaBackward(KernelFamily):
 
     def report_place(self, problem):
         return attention_report_place(problem, "Backward")
+
+
+def kernel_tiles(kernel: str, tiles):
+    """The planner's tiles for one of the family's kernels: "fused" as given; "fused_dq"
+    with DQ_FUSED set (1 unless the tiles name a number of parts)."""
+    if kernel not in FmhaBackward.kernels:
+        raise ValueError(f"kernel must be one of {FmhaBackward.kernels}, got {kernel!r}")
+    if kernel == "fused":
+        return tiles
+    t = dict(tiles or {})
+    t["DQ_FUSED"] = t.get("DQ_FUSED") or 1
+    return t
 
 
 def bwd_tiles_dict(tiles) -> dict | None:
