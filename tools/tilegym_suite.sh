@@ -55,7 +55,7 @@ ROOT=$(pwd)
 TG=${TG:-$ROOT/.peers/tilegym}
 W=$(mktemp -d)
 mkdir -p "$OUT" "$W/logs"
-GPUS=${GPUS:-"0 1 2 3"}
+GPUS=${GPUS-"0 1 2 3"}   # GPUS="" (set, empty): no GPU side
 P=${P:-7}
 ng=0; for g in $GPUS; do ng=$((ng + 1)); done
 # by default the cores the GPU processes leave (4 spare), at most 30
