@@ -16,6 +16,8 @@ group are summed over its query heads inside one block, in a fixed order.
 """
 from __future__ import annotations
 
+import os
+
 from typing import Any, Callable, Optional
 
 from .kernels import fmha_bwd as _bwd
@@ -163,6 +165,11 @@ def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, sc
     dK, dV and dQ in one pass (gpu/kernels/fmha_bwd.py, section 4). Workspaces: the float32
     dQ accumulator [B, Hq, Sq, D], a counter per query row [B, Hq, Sq] and the ticket (1,).
     dQ's tiles are the dK/dV pass's DKV_TILE_M rows; DQ_TILE_M/N are not used."""
+    if getattr(q, "is_cuda", False) and os.environ.get("SPAK_BWD_FUSED_DQ_GPU") != "1":
+        raise RuntimeError(
+            "tiles['DQ_FUSED']: the fused-dQ backward hangs on a GPU (H200, 2026-11-28: "
+            "1x2x128x64 causal never finished; the simulator runs it); use DQ_FUSED 0, or "
+            "set SPAK_BWD_FUSED_DQ_GPU=1 to launch it anyway (docs/fmha-training.md)")
     B, Hq, Sq, D = _shape("q", q)
     Hkv, Sk = _shape("k", k)[1:3]
     blocks = _cdiv(Sk, t["DKV_TILE_N"]) * B * Hkv

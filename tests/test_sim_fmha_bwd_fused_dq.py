@@ -165,3 +165,14 @@ def test_planner_refusals_and_fallbacks():
     k0 = np.zeros((1, 2, 0, 64), np.float16)
     g, reps = simulate_fmha_bwd("fused", q, k0, k0, dout, tiles={"DQ_FUSED": 1})
     assert (g["dq"] == 0).all() and "fmha_bwd_dq_kernel" in [r.kernel for r in reps]
+
+
+def test_fused_dq_refuses_a_real_gpu_until_it_stops_hanging(monkeypatch):
+    """On an H200 the fused-dQ pass never finished (2026-11-28): a CUDA tensor is refused
+    with the reason, unless SPAK_BWD_FUSED_DQ_GPU=1 asks for it anyway."""
+    from types import SimpleNamespace
+    from spak.gpu.plan_bwd import launches_fused_dq
+    monkeypatch.delenv("SPAK_BWD_FUSED_DQ_GPU", raising=False)
+    q = SimpleNamespace(is_cuda=True)
+    with pytest.raises(RuntimeError, match="hangs on a GPU"):
+        launches_fused_dq(q, *([None] * 12), 1.0, 64, 64, {}, True, False, None)
