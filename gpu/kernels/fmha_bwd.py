@@ -449,10 +449,14 @@ def _dq_add(K, dQ, DqAcc, Count, ds_t, k, scale, b, kv_h, h, i, bid_n, n_kt, dia
 
 
 def _wait_rank(Count, b, h, i, rank, TILE_M):
-    """Spin until query tile i's counter reads rank (acquire: the parts before are seen)."""
-    while ct.load(Count, index=(b, h, i * TILE_M), shape=(),
-                  memory_order=ct.MemoryOrder.ACQUIRE,
-                  memory_scope=ct.MemoryScope.DEVICE) < rank:
+    """Spin until query tile i's counter reads rank (acquire: the parts before are seen).
+    The read is an atomic add of 0, not an acquire ct.load: tileiras 13.4 compiled that
+    load, in this warp-specialised kernel, to an async global-to-shared copy (LDGSTS.E, a
+    weak load through L1), and the spin never saw the other block's release store: the
+    kernel hung on an H200 (1x2x128x64 causal, 2026-11-28). An atomic always reads L2."""
+    while ct.atomic_add(Count, (b, h, i * TILE_M), 0.0,
+                        memory_order=ct.MemoryOrder.ACQUIRE,
+                        memory_scope=ct.MemoryScope.DEVICE) < rank:
         pass
 
 
