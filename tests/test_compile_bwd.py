@@ -83,3 +83,32 @@ def test_fused_dq_backward_compiles(v):
     L = bwd_variant_launches(dtype=dtype, head_dim=d, causal=causal, has_mask=mask,
                              tiles=tiles)
     assert L[-1].kernel._annotated_function.pyfunc.__name__ == "fmha_bwd_dkdvdq_kernel"
+
+
+@pytest.mark.slow
+def test_fused_dq_spin_reads_its_counter_with_a_gpu_scope_atomic():
+    """The fused-dQ pass hung on an H200 (2026-11-28): tileiras 13.4 compiled the spin's
+    ``ct.load(Count, memory_order=ACQUIRE)`` in this warp-specialised kernel to LDGSTS.E, a
+    weak async copy through L1, so a waiting block could read a stale counter forever. The
+    spin now reads with an atomic add of 0: in the SASS an ``ATOMG ... .STRONG.GPU`` adding
+    RZ, each followed by the L1 invalidation of an acquire (CCTL.IVALL)."""
+    import re
+    import subprocess
+    import tempfile
+    from tests import tools
+    from spak.gpu.compile import export_cubin
+    nvdisasm = tools.require("nvdisasm")
+    tiles = {**default_bwd_tiles(64, "sm_90"), "DQ_FUSED": 1}
+    launch = bwd_variant_launches(dtype="float16", head_dim=64, causal=True, has_mask=False,
+                                  tiles=tiles)[-1]
+    assert launch.kernel._annotated_function.pyfunc.__name__ == "fmha_bwd_dkdvdq_kernel"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(export_cubin(launch, "sm_90"))
+        f.flush()
+        lines = [ln for ln in subprocess.run([nvdisasm, "-c", f.name], check=True,
+                                             capture_output=True, text=True).stdout.splitlines()
+                 if "/*" in ln]
+    spins = [i for i, ln in enumerate(lines)
+             if re.search(r"ATOMG\.E\.ADD\.F32\S*\.STRONG\.GPU\s.*,\s*RZ\s*;", ln)]
+    assert spins, "no GPU-scope atomic read of the counters: the spin is a plain load again"
+    assert all("CCTL.IVALL" in lines[i + 1] for i in spins)
