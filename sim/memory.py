@@ -467,6 +467,8 @@ def load_box(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDE
     ctx = current()
     ctx.loads += ctx.lanes
     if ctx.coop is not None:
+        if mo == _MO.ACQUIRE:
+            _note_acquire_poll(ctx, array, starts)
         _coop_access(ctx, array, box_offsets(starts, shape4, strides4, tshape4), mo, ms, False)
     elif array._root._owner is not None:
         ctx.findings += foreign_reads(ctx, array, starts, shape4, strides4, tshape4)
@@ -628,6 +630,24 @@ def overlay_own(ctx, array, load_off, out):
             pos = np.clip(np.searchsorted(so, lo[lane]), 0, so.size - 1)
             hit = (so[pos] == lo[lane]) & (lo[lane] >= 0)
             out[lane, hit] = sv[pos[hit]]
+
+
+def _note_acquire_poll(ctx, array, starts):
+    """An acquire ct.load that reads again what this block read there before is a spin-wait.
+    The simulator runs it as declared, but tileiras 13.4 compiled one (SPAK's fused-dQ
+    backward, warp-specialised) to LDGSTS.E, a weak copy through L1, and the kernel hung on
+    an H200: recorded as a finding (sim.oob's log), with the read that compiles safely."""
+    line = ctx.kernel_line()
+    key = (line, array.name, starts.tobytes())
+    seen = ctx.__dict__.setdefault("_acquire_reads", set())
+    if key not in seen:
+        seen.add(key)
+        return
+    oob.record(f"spin|{line}|{array.name}",
+               f"spin-wait on an acquire ct.load of '{array.name}' at {line}: tileiras 13.4 "
+               "can compile it to a weak L1 load (LDGSTS.E) that never sees the other block's "
+               "store (a hang on an H200); poll with an atomic instead, e.g. "
+               "ct.atomic_add(flag, index, 0, memory_order=ACQUIRE)")
 
 
 def _coop_access(ctx, array, offs, order, scope, write):

@@ -8,7 +8,9 @@ step past the end pass their checks there), so by default the simulator does the
 movers pad/drop element by element -- and records the access as a finding: kept on the
 launch's report (LaunchReport.oob), counted per kernel line for the process, and summarised
 at exit in interpreter mode. SPAK_SIM_STRICT=1 (or set_strict(True)) raises SimulationError
-at the op instead, as the simulator always did before.
+at the op instead, as the simulator always did before. The same log holds the other
+findings that run as declared but warn of the GPU: unwritten outputs (sim.interpret) and
+spin-waits on an acquire ct.load (sim.memory._note_acquire_poll: a hang on an H200).
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ def total() -> int:
 def summary() -> str:
     if not _log:
         return ""
-    lines = [f"spak sim: {len(_log)} kind(s) of out-of-bounds tile access or unwritten output, "
+    lines = [f"spak sim: {len(_log)} kind(s) of out-of-bounds tile access, unwritten output or "
+             "spin-wait on a plain load, "
              f"{total()} in all (out of bounds: undefined in cuTile, run as the GPU does: loads "
              "padded, stores dropped; SPAK_SIM_STRICT=1 raises instead):"]
     keys = list(_counts)
