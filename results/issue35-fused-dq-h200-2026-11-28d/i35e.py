@@ -14,7 +14,7 @@ shapes = sys.argv[1:]
 out = open(os.path.join(os.environ.get("OUT", "/tmp"), "ab.jsonl"), "a")
 import json
 for text in shapes:
-    for dt in ("fp16", "bf16"):
+    for dt in os.environ.get("I35_DTYPES", "fp16 bf16").split():
         if time.time() - T0 > BUDGET:
             print(f"{text} {dt}: not run (budget)", flush=True); continue
         p = fam.parse(f"{text}/{dt}")

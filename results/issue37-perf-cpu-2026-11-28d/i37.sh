@@ -37,6 +37,11 @@ NCPU=${I37_CPU:-$(( $(nproc) - 4 ))}
 GLIST=${I37_GPUS:-$(seq -s " " 0 $(( NG - 1 )))}
 echo "i37: $NG GPUs ($GLIST), $NCPU CPU processes"
 python tools/tilegym_cpu_plan.py "$PLAN/prev_join.tsv" "$PLAN" --window "$WINDOW" --cores "$NCPU" | tee "$PLAN/plan.txt"
+if [[ -n "${I37_ONLY:-}" ]]; then      # e.g. I37_ONLY=::test_perf: a smaller host runs only those
+  grep -F -- "$I37_ONLY" "$PLAN/cpu_ids.txt" > "$PLAN/cpu_only.txt"; mv "$PLAN/cpu_only.txt" "$PLAN/cpu_ids.txt"
+  echo "i37: CPU side limited to ids with '$I37_ONLY': $(wc -l < "$PLAN/cpu_ids.txt")"
+fi
+[[ ${I37_NOGPU:-0} == 1 ]] && { GLIST=""; : > "$PLAN/gpu_ids.txt"; echo "i37: no GPU side"; }
 echo "i37: ${LEFT} s left for the suite; CPU window ${WINDOW} s"
 if [[ ${I37_PASS:-1} == 2 ]]; then
   # an optional second call: only the GPU passes expected past the first call's window (within
