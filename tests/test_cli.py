@@ -20,6 +20,7 @@ import spak.cli as cli
 import spak.cli.args as cli_args
 import spak.cli.sim as cli_sim
 from spak.core.metrics import GATES
+from spak import families
 from spak.attention.problems import (SHAPE_SETS, ProblemSpec, ShapeError, expand, make_inputs, parse_case,
                            parse_spec, select_cases)
 
@@ -386,8 +387,7 @@ def test_train_set_names_its_models():
 
 #: every family's named shape sets ("models-gate", "train", ...): a name lists its members
 _FAMILY_SETS = {n for f in ("fmha_fwd", "fmha_bwd", "fmha_decode")
-                for n in getattr(__import__("spak.families", fromlist=["get"]).get(f),
-                                 "shape_sets", {})}
+                for n in families.get(f).shape_sets}
 
 
 def test_readme_headline_commands_parse_and_name_cases(capsys):

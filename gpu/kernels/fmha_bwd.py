@@ -126,18 +126,7 @@ def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
     dv = ct.full((TILE_N, HEAD_DIM_V // SPLIT), 0.0, dtype=ct.float32)
     key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]     # [TN, 1]
 
-    # ---- which query tiles to visit -------------------------------------------------
-    # m_start: the first tile with a row that sees one of these keys; from m_full on
-    # every row sees every key of the block (no element-wise test). Keys past Sk count
-    # as visible: their rows are dropped by the store anyway.
-    m_tiles = ct.cdiv(seq_q, TILE_M)
-    if CAUSAL:
-        m_start = min(max(bid_n * TILE_N - diag, 0) // TILE_M, m_tiles)
-        last_key = bid_n * TILE_N + TILE_N - 1
-        m_full = max(min(ct.cdiv(max(last_key - diag, 0), TILE_M), m_tiles), m_start)
-    else:
-        m_start = 0
-        m_full = 0
+    m_tiles, m_start, m_full = _query_tiles(bid_n, seq_q, diag, TILE_M, TILE_N, CAUSAL)
 
     mask_b = min(b, Mask.shape[0] - 1)
     for g in range(group):               # the GQA group's query heads, in order
@@ -156,6 +145,22 @@ def _dkdv_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, scale, b, kv_h, bid_n,
     ct.store(dK, index=(b, kv_h, bid_n, part), tile=dk)       # rows past Sk dropped
     ct.store(dV, index=(b, kv_h, bid_n, part),
              tile=dv.astype(dV.dtype).reshape((1, 1, TILE_N, HEAD_DIM_V // SPLIT)))
+
+
+def _query_tiles(bid_n, seq_q, diag, TILE_M, TILE_N, CAUSAL):
+    """(m_tiles, m_start, m_full): the query tiles a key block visits. m_start: the first
+    tile with a row that sees one of these keys; from m_full on every row sees every key of
+    the block (no element-wise test). Keys past Sk count as visible: their rows are dropped
+    by the store anyway."""
+    m_tiles = ct.cdiv(seq_q, TILE_M)
+    if CAUSAL:
+        m_start = min(max(bid_n * TILE_N - diag, 0) // TILE_M, m_tiles)
+        last_key = bid_n * TILE_N + TILE_N - 1
+        m_full = max(min(ct.cdiv(max(last_key - diag, 0), TILE_M), m_tiles), m_start)
+    else:
+        m_start = 0
+        m_full = 0
+    return m_tiles, m_start, m_full
 
 
 def _dkdv_step(Q, dOut, Lse2, Delta, Mask, k, v, dk, dv, key_pos, c, b, h, mask_b, mask_h,
@@ -365,14 +370,7 @@ def _dkdvdq_block(Q, K, V, dOut, Lse2, Delta, Mask, dK, dV, dQ, DqAcc, Count, sc
     dv = ct.full((TILE_N, HEAD_DIM_V), 0.0, dtype=ct.float32)
     key_pos = (bid_n * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]     # [TN, 1]
 
-    m_tiles = ct.cdiv(seq_q, TILE_M)
-    if CAUSAL:               # as _dkdv_block
-        m_start = min(max(bid_n * TILE_N - diag, 0) // TILE_M, m_tiles)
-        last_key = bid_n * TILE_N + TILE_N - 1
-        m_full = max(min(ct.cdiv(max(last_key - diag, 0), TILE_M), m_tiles), m_start)
-    else:
-        m_start = 0
-        m_full = 0
+    m_tiles, m_start, m_full = _query_tiles(bid_n, seq_q, diag, TILE_M, TILE_N, CAUSAL)
 
     mask_b = min(b, Mask.shape[0] - 1)
     for g in range(group):
