@@ -167,8 +167,8 @@ def launches_fused_dq(q, k, v, out, dout, lse, dq, dk, dv, mask, delta, lse2, sc
     dQ's tiles are the dK/dV pass's DKV_TILE_M rows; DQ_TILE_M/N are not used."""
     if getattr(q, "is_cuda", False) and os.environ.get("SPAK_BWD_FUSED_DQ_GPU") != "1":
         raise RuntimeError(
-            "tiles['DQ_FUSED']: the fused-dQ backward hangs on a GPU (H200, 2026-11-28: "
-            "1x2x128x64 causal never finished; the simulator runs it); use DQ_FUSED 0, or "
+            "tiles['DQ_FUSED']: the fused-dQ backward is 2-2.8x slower than the three-launch "
+            "one on an H200 and its long timing loops stalled (2026-11-28e); use DQ_FUSED 0, or "
             "set SPAK_BWD_FUSED_DQ_GPU=1 to launch it anyway (docs/fmha-training.md)")
     B, Hq, Sq, D = _shape("q", q)
     Hkv, Sk = _shape("k", k)[1:3]
