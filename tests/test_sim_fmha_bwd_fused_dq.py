@@ -167,7 +167,7 @@ def test_planner_refusals_and_fallbacks():
     assert (g["dq"] == 0).all() and "fmha_bwd_dq_kernel" in [r.kernel for r in reps]
 
 
-def test_fused_dq_refuses_a_real_gpu_until_it_stops_hanging(monkeypatch):
+def test_fused_dq_refuses_a_real_gpu_by_default(monkeypatch):
     """On an H200 the fused-dQ pass never finished (2026-11-28): a CUDA tensor is refused
     with the reason, unless SPAK_BWD_FUSED_DQ_GPU=1 asks for it anyway."""
     from types import SimpleNamespace
