@@ -34,8 +34,11 @@ BUDGET = {
     # (kvcache.Prepared: no plan key, binder pool or tensor dict per call)
     # 25 -> 21, 27 -> 25 (issue 34g): the repeated call tested inline (api._plain_and_fresh;
     # no _memo_key, _plain_eager or _store_version frames, no import statement per call)
-    "fmha_kvcache 1x1x32:8 x256": (21, 22, 1),
-    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (25, 26, 1),
+    # 21 -> 22 (issue 34h): Prepared.launch's frame merged into _launch_ready (-1), the
+    # caches' is_contiguous() tested on the memo paths (+2: a non-contiguous cache of a
+    # memoised shape was launched without validate()'s error); varlen 25 -> 24: the frame
+    "fmha_kvcache 1x1x32:8 x256": (22, 23, 1),
+    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (24, 25, 1),
 }
 
 #: case -> (allocations, torch tensors passed to ct.launch) per repeated call: what the
@@ -394,6 +397,30 @@ def test_kvcache_memo_still_raises_what_validation_raises(fake, case):
     with pytest.raises(want.type, match=None) as got:
         spak.fmha_kvcache(args["q"], args["k_cache"], vc, **kw)
     assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("which", ["k_cache", "v_cache"])
+@pytest.mark.parametrize("lens_int", [False, True])
+def test_kvcache_memo_still_rejects_a_non_contiguous_cache(fake, which, lens_int):
+    """The memo keys shapes, not strides: a cache of a memoised shape that is not
+    contiguous still gets validate()'s error (issue 34h; it was launched before), on the
+    inline path (tensor cache_seqlens) and the memo's (an int)."""
+    import spak
+    from spak import kvcache as kvc
+    q, kc, vc, lens = _decode_inputs()
+    lens = 64 if lens_int else lens
+    for _ in range(3):
+        out = spak.fmha_kvcache(q, kc, vc, lens)
+    assert kvc._READY and out.shape == (2, 1, 8, 64)
+    bad = {"k_cache": kc, "v_cache": vc}
+    # the same shape [2, 64, 2, 64], strides of a [2, 2, 64, 64] cache seen transposed
+    bad[which] = bad[which].transpose(1, 2).contiguous().transpose(1, 2)
+    assert bad[which].shape == kc.shape and not bad[which].is_contiguous()
+    with pytest.raises(ValueError, match=f"{which} must be contiguous"):
+        spak.fmha_kvcache(q, bad["k_cache"], bad["v_cache"], lens)
+    fake.clear()
+    spak.fmha_kvcache(q, kc, vc, lens)           # the contiguous call still launches
+    assert len(fake) == 1
 
 
 VL_BAD = {"causal-int": dict(is_causal=1), "scale-inf": dict(scale=float("inf")),
