@@ -93,6 +93,9 @@ def test_a_repeated_eager_call_stays_within_its_device_side_budget(fake, name):
     allocs, tensor_args, queries = DEVICE_BUDGET[name]
     assert got["launch"] == BUDGET[name][2]
     assert got["alloc"] <= allocs, f"{name}: {got}"
+    # every repeated call allocates by torch.empty_like (issue 34h: the training forward's
+    # LSE was the last torch.empty(shape, dtype=, device=) on these paths)
+    assert got["alloc_sized"] == 0, f"{name}: {got}"
     assert got["tensor_arg"] <= tensor_args, f"{name}: {got}"
     assert got["cuda_query"] <= queries, f"{name}: {got}"
 
@@ -175,11 +178,11 @@ def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
     fn()
     base = hc.device_calls(fn)
     from spak import kvcache as kvc
-    real = kvc.Prepared.launch
-    monkeypatch.setattr(kvc.Prepared, "launch", lambda self, tensors: real(
-        self, tensors + (torch.empty(4),)))
+    real = kvc._empty_like
+    monkeypatch.setattr(kvc, "_empty_like", lambda t: (torch.empty(4), real(t))[1])
     got = hc.device_calls(fn)
     assert got["alloc"] == base["alloc"] + 1 and got["launch"] == base["launch"]
+    assert got["alloc_sized"] == base["alloc_sized"] + 1       # torch.empty parses a size
     assert base["gpu_us"] > 0 and got["gpu_us"] > base["gpu_us"]
 
 
@@ -612,3 +615,30 @@ def test_a_mode_still_sees_the_op_after_the_inline_path_is_ready(fake, name, op)
     with Seen() as mode:
         fn()
     assert any(o.startswith(op) for o in mode.ops), mode.ops
+
+
+def test_the_training_forwards_lse_is_its_own_contiguous_float32(fake):
+    """Issue 34h: the repeated training forward allocates the LSE as torch.empty_like of
+    a stride-0 template (the kept dummy mask seen as [B, Hq, Sq]): each step gets its own
+    contiguous float32 [B, Hq, Sq] buffer, never the dummy's memory, and the backward
+    launches read that buffer."""
+    import spak
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, 3, 24, 64, generator=g).half().requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(2, 3, 24, 64, generator=g).half()
+    for _ in range(2):
+        spak.fmha(q, k, v, is_causal=True).backward(dout)
+    fake.clear()
+    lses = []
+    for _ in range(2):
+        out = spak.fmha(q, k, v, is_causal=True)
+        (grid, kernel, args), = fake[-1:]
+        lse, dummy = args[5], args[4]
+        assert lse.dtype == torch.float32 and lse.shape == (2, 3, 24)
+        assert lse.is_contiguous() and lse.stride() == (72, 24, 1)
+        assert lse.untyped_storage().data_ptr() != dummy.untyped_storage().data_ptr()
+        lses.append(lse)
+        out.backward(dout)
+        assert any(a is lse for _, _, bargs in fake[-3:] for a in bargs)
+    assert lses[0].data_ptr() != lses[1].data_ptr()       # the recorder keeps both alive
