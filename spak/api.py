@@ -764,6 +764,7 @@ def _general(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, tiles):
 
 
 _is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 
 
 def _plain_and_fresh() -> bool:
@@ -911,7 +912,7 @@ class _Train(torch.autograd.Function):
         # profiler) and grad mode off, inline: each Python call here costs more on the
         # engine's thread than on the caller's
         if ready is not None and type(dout) is _Tensor and not (
-                torch.is_grad_enabled() or torch.compiler.is_compiling()
+                _grad_enabled() or _is_compiling()
                 or _torch_function_mode() or _dispatch_modes()
                 or _tracing_state() is not None or _functorch_level() is not None
                 or _profiler_enabled()):

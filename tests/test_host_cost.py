@@ -570,6 +570,33 @@ def test_host_cost_i34g_rows_run_and_restore_the_switches(fake):
     assert [c["launch"] for c in counts.values()] == [1, 4, 1, 1]
 
 
+def test_host_cost_i34h_times_in_interleaved_blocks(fake):
+    """tools/host_cost_i34h.py (the GPU job of issue 34h) on CPU tensors: the decode and
+    training groups' SPAK rows and floors time in every block, multithreading comes back
+    on, the paired ratio is the median of per-block ratios, and a non-contiguous cache of
+    a memoised shape is refused."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "host_cost_i34h.py"
+    spec = importlib.util.spec_from_file_location("host_cost_i34h", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cpu = torch.device("cpu")
+    for make in (mod.kvcache_group, mod.train_group):
+        group = {k: v for k, v in make(torch, cpu).items() if "SDPA" not in k}
+        got = mod.interleaved(torch, group, 3, 2, lambda: None)
+        assert list(got) == list(group)
+        assert all(isinstance(v, list) and len(v) == 3 and min(v) > 0 for v in got.values()), got
+    assert torch.autograd.is_multithreading_enabled()
+    s = mod.summarize({"p | spak": [2.0, 4.0, 9.0], "p | SDPA cudnn": [4.0, 2.0, 3.0],
+                       "p | floor: x": [1.0, 1.0, 1.0]})
+    assert s["p | spak"]["median"] == 4.0 and s["p | spak"]["best"] == 2.0
+    assert s["p | spak"]["vs SDPA cudnn"] == 2.0          # median of 0.5, 2, 3
+    assert "vs floor: x" not in s["p | spak"]
+    (res,) = mod.noncontiguous_check(torch, cpu).values()
+    assert res["pass"] is True
+
+
 @pytest.mark.parametrize("Dv", [64, 32])
 def test_the_inline_paths_output_is_contiguous_and_shaped(fake, Dv):
     """The inline path's out (torch.empty_like of the contiguous q when Dv == D, else
