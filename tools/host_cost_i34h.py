@@ -17,8 +17,9 @@ Parts, each written to DIR/host_cost.json + host_cost.md as soon as it is done, 
 failing soft:
   1. the problems: spak.fmha_kvcache 1x1x32:8 x 256 keys (floors: its launch alone with
      out ready, ct.launch alone, one torch.empty_like); forward + backward 1x2x16x64
-     causal (also with autograd's multithreading off, SPAK's and SDPA default's; floors:
-     the step's 4 launches alone, its 5 allocations alone); spak.fmha 1x2x16x64 and
+     causal (also: the gradients allocated by the backward, PREALLOC_BYTES 0; autograd's
+     multithreading off, SPAK's and SDPA default's; floors: the step's 4 launches alone,
+     its 5 allocations alone); spak.fmha 1x2x16x64 and
      4x16x512x64 causal (NVIDIA's sample when .peers has it); spak.fmha_varlen 2 seqs;
   2. checks against float64 (tools/host_cost_i34g.fmha_checks, host_cost_bench.gpu_checks:
      fwd+bwd gradients over 3 steps, the prepared path's LSE included, decode at 256/512
@@ -88,6 +89,11 @@ def train_group(torch, dev) -> dict:
     t = "fwd+bwd 1x2x16x64 causal"
     r = {f"{t} | spak": step}
     r.update(hb._sdpa_rows(torch, F, t, sdpa_step))
+    from spak import bwd_ready
+    # issue 34g's preallocation A/B read 211.6 vs 205.3 us on one host and 262 vs 418 on
+    # another (best of rounds): blocks settle it
+    r[f"{t} | spak, grads allocated by the backward (PREALLOC_BYTES 0)"] = hb._with(
+        hb._toggled([(bwd_ready, "PREALLOC_BYTES", 0)]), step)
     no_mt = lambda: torch.autograd.set_multithreading_enabled(False)   # noqa: E731
     r[f"{t} | spak, autograd multithreading off"] = hb._with(no_mt, step)
     r[f"{t} | SDPA default, autograd multithreading off"] = hb._with(no_mt, sdpa_step)
