@@ -5,8 +5,8 @@
 # 2026-11-28d run: results/issue34-host-h200x2-2026-11-28d/run2-h200):
 #   1. kvcache 1x1x32:8 x256 (spak, SDPA cuDNN/flash/default; floors: its launch alone,
 #      ct.launch alone, one empty_like), fwd+bwd 1x2x16x64 causal (spak, SDPA x3, both with
-#      autograd multithreading off, and PREALLOC_BYTES 0; floors: the step's 4 launches alone, its 5 allocations
-#      alone), fmha 1x2x16x64 and 4x16x512x64 causal (+ NVIDIA's sample if .peers has it),
+#      autograd multithreading off, spak with PREALLOC_BYTES 0; floors: the step's 4
+#      launches alone, its 5 allocations alone), fmha 1x2x16x64 and 4x16x512x64 causal (+ NVIDIA's sample if .peers has it),
 #      varlen 2 seqs: ${I34H_BLOCKS:-9} blocks of ${I34H_N:-1000} calls (training 300 steps)
 #      per row, one synchronize a block; median, best, SPAK/SDPA paired ratio per problem;
 #   2. float64 checks (fmha both shapes; fwd+bwd gradients over 3 steps incl. the prepared
