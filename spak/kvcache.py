@@ -537,13 +537,15 @@ def fmha_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None,
             ready = _READY.get((
                 q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, v_cache.dtype,
                 q.device, k_cache.device, v_cache.device,
-                (cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device),
+                cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device,
                 None if block_table is None else
                 (block_table.shape, block_table.dtype, block_table.device),
                 is_causal, scale, num_splits, _api._STORE_SEEN[2]))
         except RuntimeError:            # e.g. a nested tensor has no .shape
             ready = None
-        if ready is not None:
+        # the caches' layout is not in the key: a cache of a known shape that is not
+        # contiguous takes the general path, whose validation raises
+        if ready is not None and k_cache.is_contiguous() and v_cache.is_contiguous():
             out = _launch_ready(ready, q, k_cache, v_cache, cache_seqlens, block_table)
             if out is not None:
                 return out
@@ -627,7 +629,12 @@ def _prepare(key, q, k_cache, v_cache, lens, block_table, out, tail) -> None:
 
 
 def _launch_ready(ready, q, k_cache, v_cache, lens, bt):
-    """_impl's work for a Prepared call: out, or None (another device is current)."""
+    """_impl's work for a Prepared call: out, or None (another device is current: the
+    general path has the device guard). Prepared.launch's body in this frame (issue 34h:
+    one Python frame less per decode step); nothing allocated before the device test."""
+    dev = ready.dev
+    if ready.getdev() != dev:
+        return None
     if lens.dtype != _INT32:
         lens = lens.to(_INT32)
     if bt is not None and bt.dtype != _INT32:
@@ -635,9 +642,18 @@ def _launch_ready(ready, q, k_cache, v_cache, lens, bt):
     q = q.contiguous()
     out = _empty_like(q) if ready.like else torch.empty(ready.shape, dtype=ready.dtype,
                                                          device=ready.device)
-    if ready.launch((q, k_cache, v_cache, lens, out, bt)):
-        return out
-    return None
+    pool = (q, k_cache, v_cache, lens, out, bt) + ready.consts
+    stream = ready.getstream(dev)
+    launch = ready.gl.ct.launch
+    try:                # a new specialisation (another alignment) may compile here
+        for kernel, grid, get in ready.launches:
+            launch(stream, grid, kernel, get(pool))
+    except Exception as exc:
+        explained = _explained(exc, ready.device)
+        if explained is exc:
+            raise
+        raise explained from exc
+    return out
 
 
 _KT_LOOKED_UP = -2        # KT_FORM: the store has none for this class (the plan's choice)
@@ -667,13 +683,17 @@ def _memo_key(q, k_cache, v_cache, cache_seqlens, block_table, is_causal, scale,
         if not _plain_eager(q, k_cache, v_cache, None if type(cache_seqlens) is int
                             else cache_seqlens, block_table):
             return None
-        lens = ("int" if type(cache_seqlens) is int else
+        if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+            return None                  # not keyed: validate() raises
+        lens = (("int", None, None) if type(cache_seqlens) is int else
                 (cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device))
         bt = (None if block_table is None else
               (block_table.shape, block_table.dtype, block_table.device))
         from spak.api import _store_version
+        # the seqlens' shape, dtype and device flat in the key (fmha_kvcache's inline
+        # test builds the same tuple with one tuple less)
         return (q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, v_cache.dtype,
-                q.device, k_cache.device, v_cache.device, lens, bt, is_causal, scale,
+                q.device, k_cache.device, v_cache.device, *lens, bt, is_causal, scale,
                 num_splits, _store_version())
     except (AttributeError, RuntimeError):     # not tensors: validate() says why
         return None

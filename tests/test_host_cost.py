@@ -34,8 +34,11 @@ BUDGET = {
     # (kvcache.Prepared: no plan key, binder pool or tensor dict per call)
     # 25 -> 21, 27 -> 25 (issue 34g): the repeated call tested inline (api._plain_and_fresh;
     # no _memo_key, _plain_eager or _store_version frames, no import statement per call)
-    "fmha_kvcache 1x1x32:8 x256": (21, 22, 1),
-    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (25, 26, 1),
+    # 21 -> 22 (issue 34h): Prepared.launch's frame merged into _launch_ready (-1), the
+    # caches' is_contiguous() tested on the memo paths (+2: a non-contiguous cache of a
+    # memoised shape was launched without validate()'s error); varlen 25 -> 24: the frame
+    "fmha_kvcache 1x1x32:8 x256": (22, 23, 1),
+    "fmha_varlen 2 seqs (16, 24) x2x64 causal": (24, 25, 1),
 }
 
 #: case -> (allocations, torch tensors passed to ct.launch) per repeated call: what the
@@ -90,6 +93,9 @@ def test_a_repeated_eager_call_stays_within_its_device_side_budget(fake, name):
     allocs, tensor_args, queries = DEVICE_BUDGET[name]
     assert got["launch"] == BUDGET[name][2]
     assert got["alloc"] <= allocs, f"{name}: {got}"
+    # every repeated call allocates by torch.empty_like (issue 34h: the training forward's
+    # LSE was the last torch.empty(shape, dtype=, device=) on these paths)
+    assert got["alloc_sized"] == 0, f"{name}: {got}"
     assert got["tensor_arg"] <= tensor_args, f"{name}: {got}"
     assert got["cuda_query"] <= queries, f"{name}: {got}"
 
@@ -172,11 +178,11 @@ def test_the_device_count_sees_one_more_allocation(fake, monkeypatch):
     fn()
     base = hc.device_calls(fn)
     from spak import kvcache as kvc
-    real = kvc.Prepared.launch
-    monkeypatch.setattr(kvc.Prepared, "launch", lambda self, tensors: real(
-        self, tensors + (torch.empty(4),)))
+    real = kvc._empty_like
+    monkeypatch.setattr(kvc, "_empty_like", lambda t: (torch.empty(4), real(t))[1])
     got = hc.device_calls(fn)
     assert got["alloc"] == base["alloc"] + 1 and got["launch"] == base["launch"]
+    assert got["alloc_sized"] == base["alloc_sized"] + 1       # torch.empty parses a size
     assert base["gpu_us"] > 0 and got["gpu_us"] > base["gpu_us"]
 
 
@@ -396,6 +402,30 @@ def test_kvcache_memo_still_raises_what_validation_raises(fake, case):
     assert str(got.value) == str(want.value)
 
 
+@pytest.mark.parametrize("which", ["k_cache", "v_cache"])
+@pytest.mark.parametrize("lens_int", [False, True])
+def test_kvcache_memo_still_rejects_a_non_contiguous_cache(fake, which, lens_int):
+    """The memo keys shapes, not strides: a cache of a memoised shape that is not
+    contiguous still gets validate()'s error (issue 34h; it was launched before), on the
+    inline path (tensor cache_seqlens) and the memo's (an int)."""
+    import spak
+    from spak import kvcache as kvc
+    q, kc, vc, lens = _decode_inputs()
+    lens = 64 if lens_int else lens
+    for _ in range(3):
+        out = spak.fmha_kvcache(q, kc, vc, lens)
+    assert kvc._READY and out.shape == (2, 1, 8, 64)
+    bad = {"k_cache": kc, "v_cache": vc}
+    # the same shape [2, 64, 2, 64], strides of a [2, 2, 64, 64] cache seen transposed
+    bad[which] = bad[which].transpose(1, 2).contiguous().transpose(1, 2)
+    assert bad[which].shape == kc.shape and not bad[which].is_contiguous()
+    with pytest.raises(ValueError, match=f"{which} must be contiguous"):
+        spak.fmha_kvcache(q, bad["k_cache"], bad["v_cache"], lens)
+    fake.clear()
+    spak.fmha_kvcache(q, kc, vc, lens)           # the contiguous call still launches
+    assert len(fake) == 1
+
+
 VL_BAD = {"causal-int": dict(is_causal=1), "scale-inf": dict(scale=float("inf")),
           "max-negative": dict(max_seqlen_q=-1), "max-float": dict(max_seqlen_k=24.0),
           "cu-int64-shape": dict(cu_seqlens_k=torch.tensor([0, 40], dtype=torch.int64)),
@@ -540,6 +570,33 @@ def test_host_cost_i34g_rows_run_and_restore_the_switches(fake):
     assert [c["launch"] for c in counts.values()] == [1, 4, 1, 1]
 
 
+def test_host_cost_i34h_times_in_interleaved_blocks(fake):
+    """tools/host_cost_i34h.py (the GPU job of issue 34h) on CPU tensors: the decode and
+    training groups' SPAK rows and floors time in every block, multithreading comes back
+    on, the paired ratio is the median of per-block ratios, and a non-contiguous cache of
+    a memoised shape is refused."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "host_cost_i34h.py"
+    spec = importlib.util.spec_from_file_location("host_cost_i34h", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cpu = torch.device("cpu")
+    for make in (mod.kvcache_group, mod.train_group):
+        group = {k: v for k, v in make(torch, cpu).items() if "SDPA" not in k}
+        got = mod.interleaved(torch, group, 3, 2, lambda: None)
+        assert list(got) == list(group)
+        assert all(isinstance(v, list) and len(v) == 3 and min(v) > 0 for v in got.values()), got
+    assert torch.autograd.is_multithreading_enabled()
+    s = mod.summarize({"p | spak": [2.0, 4.0, 9.0], "p | SDPA cudnn": [4.0, 2.0, 3.0],
+                       "p | floor: x": [1.0, 1.0, 1.0]})
+    assert s["p | spak"]["median"] == 4.0 and s["p | spak"]["best"] == 2.0
+    assert s["p | spak"]["vs SDPA cudnn"] == 2.0          # median of 0.5, 2, 3
+    assert "vs floor: x" not in s["p | spak"]
+    (res,) = mod.noncontiguous_check(torch, cpu).values()
+    assert res["pass"] is True
+
+
 @pytest.mark.parametrize("Dv", [64, 32])
 def test_the_inline_paths_output_is_contiguous_and_shaped(fake, Dv):
     """The inline path's out (torch.empty_like of the contiguous q when Dv == D, else
@@ -585,3 +642,30 @@ def test_a_mode_still_sees_the_op_after_the_inline_path_is_ready(fake, name, op)
     with Seen() as mode:
         fn()
     assert any(o.startswith(op) for o in mode.ops), mode.ops
+
+
+def test_the_training_forwards_lse_is_its_own_contiguous_float32(fake):
+    """Issue 34h: the repeated training forward allocates the LSE as torch.empty_like of
+    a stride-0 template (the kept dummy mask seen as [B, Hq, Sq]): each step gets its own
+    contiguous float32 [B, Hq, Sq] buffer, never the dummy's memory, and the backward
+    launches read that buffer."""
+    import spak
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, 3, 24, 64, generator=g).half().requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(2, 3, 24, 64, generator=g).half()
+    for _ in range(2):
+        spak.fmha(q, k, v, is_causal=True).backward(dout)
+    fake.clear()
+    lses = []
+    for _ in range(2):
+        out = spak.fmha(q, k, v, is_causal=True)
+        (grid, kernel, args), = fake[-1:]
+        lse, dummy = args[5], args[4]
+        assert lse.dtype == torch.float32 and lse.shape == (2, 3, 24)
+        assert lse.is_contiguous() and lse.stride() == (72, 24, 1)
+        assert lse.untyped_storage().data_ptr() != dummy.untyped_storage().data_ptr()
+        lses.append(lse)
+        out.backward(dout)
+        assert any(a is lse for _, _, bargs in fake[-3:] for a in bargs)
+    assert lses[0].data_ptr() != lses[1].data_ptr()       # the recorder keeps both alive

@@ -305,9 +305,13 @@ def test_fmha_varlen_prepared_launch_on_the_simulator(cpu_launch, monkeypatch):
     import spak.api as api
     monkeypatch.setattr(api, "_device_info", lambda device: ("sm_90", "NVIDIA H100 80GB HBM3"))
     seen = []
-    real = kvc.Prepared.launch
-    monkeypatch.setattr(kvc.Prepared, "launch",
-                        lambda self, tensors: seen.append(1) or real(self, tensors))
+    real = vl._launch_ready            # the Prepared call's body (issue 34h)
+
+    def spy(ready, *tensors):
+        assert isinstance(ready, kvc.Prepared)
+        seen.append(1)
+        return real(ready, *tensors)
+    monkeypatch.setattr(vl, "_launch_ready", spy)
     for seed, idx in ((7, torch.int32), (8, torch.int32), (9, torch.int64)):
         x = _packed([9, 0, 1, 20], [12, 4, 0, 20], 4, 2, 32, seed=seed)
         t = {k: torch.from_numpy(v) for k, v in x.items()}
