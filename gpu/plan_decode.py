@@ -30,6 +30,7 @@ cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv]) with the padded forward's blo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Optional
 
@@ -44,7 +45,7 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
 __all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
            "default_varlen_tiles",
            "row_tiles", "head_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
-           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "auto_splits", "combine_tiles", "batch_chunks", "batch_slice", "INDEX_LIMIT", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
            "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
            "LAUNCH_NAMES"]
 
@@ -64,8 +65,16 @@ __all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
 #: one padded with masked rows, so each kv head's K/V is read cdiv(group, GT) times a
 #: split; 0 the former tiling, blocks of the largest power of two dividing the group (a
 #: group of 7: seven blocks, each reading the K/V), kept for same-run comparisons.
+#: INDEX32 (issue 33h): 1 (the default) plans a contiguous cache of more than INDEX_LIMIT
+#: elements as one plan per batch range whose arrays stay within it (batch_chunks), so every
+#: launch takes the kernels' 32-bit-index form; 0 one plan over the whole batch, which past
+#: 2^31 elements is the int64-indexed twin (gpu.plan.int64_variant). sm_90, tileiras 13.4,
+#: Yi-34B's 128x56:8x16384x128 one-split kernel: the twin has no TMA load (64 LDGSTS, 0
+#: UTMALDG) and spills 696 bytes a thread; the 32-bit form over 64 sequences: 18 UTMALDG, no
+#: stack. H200 (results/issue33-h200x2-2026-11-28d): the twin's call 0.77 of a copy where
+#: 32-bit one-split plans of the same family (Mixtral-8x7B 128x32:8x1024x128) reach 0.96.
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-             "PAGE_AHEAD", "GROUP_PAD")
+             "PAGE_AHEAD", "GROUP_PAD", "INDEX32")
 #: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
@@ -151,6 +160,9 @@ COMBINE_WIDE_SPLITS = 128
 #: 1404-1426 vs 1193 (65536 keys).
 COMBINE_POW2_CAP = 64
 LAUNCH_NAMES = ("decode", "decode.split", "decode.combine", "varlen")
+#: The most elements an array of a 32-bit-index launch may have (gpu.plan.INT32_MAX: past
+#: it gpu.plan._launch takes the int64 twin); batch_chunks keeps every chunk's within it.
+INDEX_LIMIT = 2**31 - 1
 DEFAULT_SMS = 132            # H100 SXM; the API passes the device's own count
 
 
@@ -162,7 +174,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
             "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0,
-            "PAGE_AHEAD": AHEAD_AUTO, "GROUP_PAD": 1}
+            "PAGE_AHEAD": AHEAD_AUTO, "GROUP_PAD": 1, "INDEX32": 1}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -318,7 +330,9 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": -1..1
     (paged: page ids looked up one key tile ahead, 1, or in the step, 0; -1 AHEAD_AUTO:
     choose_page_ahead), "GROUP_PAD": 0 or 1 (row_tiles: 1 pads a group no power of two
-    divides to whole tiles, 0 the former power-of-two split)};
+    divides to whole tiles, 0 the former power-of-two split), "INDEX32": 0 or 1 (1: a
+    contiguous cache past INDEX_LIMIT elements is planned per batch range, batch_chunks,
+    every launch 32-bit indexed; 0: one int64-indexed plan)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -328,12 +342,21 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form, ctas, lat, ahead, pad = _check_tiles(tiles, D, page)
+    tn, max_rows, page_mode, occ, form, ctas, lat, ahead, pad, index32 = _check_tiles(
+        tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
     if B * Sq * Hq == 0:
         return []
+    chunks = batch_chunks(B, _per_sequence(Sq, Hq, D, Hkv, Dv, cap)) if index32 and not page \
+        else None
+    if chunks:              # each batch range's arrays within INDEX_LIMIT: 32-bit launches
+        sub = dict(tiles or {}, INDEX32=0)
+        return [L for b0, b1 in chunks for L in plan_decode(
+            *(batch_slice(x, b0, b1) for x in (q, k_cache, v_cache, cache_seqlens, out)),
+            causal=causal, scale=scale, num_splits=num_splits, tiles=sub, num_sms=num_sms,
+            alloc=alloc)]
     gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows, pad)
     masked = (Hq // Hkv) % gt != 0           # the kernel's PAD form: masked padding rows
     if form == KT_AUTO:
@@ -374,6 +397,49 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
                     "decode.combine")]
+
+
+def _per_sequence(Sq, Hq, D, Hkv, Dv, cap) -> int:
+    """The most elements one sequence adds to any array of a contiguous plan: its cache
+    slice, its queries / outputs, or its split workspace at the most splits it can take."""
+    dv_t = _tile_width(Dv)
+    splits = min(MAX_SPLITS, max(-(-cap // 16), 1))
+    return max(cap * Hkv * max(D, Dv), Sq * Hq * max(D, Dv), Sq * Hq * splits * dv_t)
+
+
+def batch_chunks(B: int, per_sequence: int,
+                 limit: Optional[int] = None) -> Optional[list[tuple[int, int]]]:
+    """Batch ranges [(b0, b1), ...] whose arrays (per_sequence elements a sequence) stay
+    within `limit` (default INDEX_LIMIT), or None where the whole batch does, or where one
+    sequence alone passes it (then the plan is the int64-indexed twin). The ranges are
+    near equal and, from 4 sequences on, multiples of 4, so a range's first int32 length
+    (and every other array's first element) stays 16-byte aligned, as ct.launch's
+    specialisation of a whole tensor assumes."""
+    limit = INDEX_LIMIT if limit is None else limit
+    if B * per_sequence <= limit:
+        return None
+    most = limit // per_sequence
+    if most < 1:
+        return None
+    if most >= 4:
+        most -= most % 4
+    n = -(-B // most)
+    size = -(-B // n)
+    if most >= 4:
+        size += -size % 4                  # still <= most: a multiple of 4 at least cdiv
+    return [(b0, min(b0 + size, B)) for b0 in range(0, B, size)]
+
+
+def batch_slice(x, b0: int, b1: int):
+    """Sequences [b0, b1) of an array (a view, no copy): torch tensors, numpy arrays,
+    sim.SimArray, and the compile stand-ins (dataclasses with a shape)."""
+    if hasattr(x, "narrow"):                               # torch
+        return x.narrow(0, b0, b1 - b0)
+    if hasattr(x, "_root") and hasattr(x, "slice"):        # sim.SimArray: a view
+        return x.slice(0, b0, b1)
+    if dataclasses.is_dataclass(x):                        # a shape-only stand-in
+        return dataclasses.replace(x, shape=(b1 - b0, *tuple(x.shape)[1:]))
+    return x[b0:b1]                                        # numpy
 
 
 def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
@@ -511,7 +577,7 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int, bool]:
+def _check_tiles(tiles, head_dim, page) -> tuple:
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
@@ -529,7 +595,8 @@ def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, i
     lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
     ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
     pad = bool(_check_int("tiles['GROUP_PAD']", t["GROUP_PAD"], 0, 1))
-    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pad
+    index32 = bool(_check_int("tiles['INDEX32']", t["INDEX32"], 0, 1))
+    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pad, index32
 
 
 def _resolve_alloc(alloc, q):
