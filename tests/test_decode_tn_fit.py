@@ -92,3 +92,24 @@ def test_tn_fit_knob_is_checked():
     k = np.zeros((1, 64, 1, 32), np.float16)
     with pytest.raises(ValueError, match="TN_FIT"):
         pd.plan_decode(q, k, k, np.full(1, 64, np.int32), q.copy(), tiles={"TN_FIT": -1})
+
+
+def test_tiles_probe_tool_on_the_simulator(cpu_launch, monkeypatch, tmp_path):
+    """tools/decode_tiles_probe.py (the GPU job's config probe) on the CPU: the planned
+    call per config against float64, TILE_N as the plan resolved it, a failing config
+    reported without stopping the next; the timing stubbed (no CUDA events here)."""
+    import importlib.util
+    import json
+    import spak.device.timing as timing
+    spec = importlib.util.spec_from_file_location("probe", "tools/decode_tiles_probe.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr(timing, "time_events", lambda fn, n: [fn(0), {"ms_median": 2.0}][1])
+    case = "2x12:2x4:100x128/causal/page16/lens=100:37"
+    rows = tool.probe(case, [{}, {"TN_FIT": 0}, {"MAX_ROWS": 48}], device="cpu")
+    assert [r.get("tile_n") for r in rows[:2]] == [64, 128]
+    assert all(r["passed"] and r["rel_l2"] < 1e-3 and r["ms"] == 2.0 for r in rows[:2])
+    assert "error" in rows[2] and "MAX_ROWS" in rows[2]["error"]
+    json.dumps(rows)
+    assert tool.jobs(["A", '{"TN_FIT": 0}', "{}", "B"]) == [("A", [{"TN_FIT": 0}, {}]),
+                                                           ("B", [{}])]
