@@ -106,7 +106,10 @@ def test_tiles_probe_tool_on_the_simulator(cpu_launch, monkeypatch, tmp_path):
     spec.loader.exec_module(tool)
     monkeypatch.setattr(timing, "time_events", lambda fn, n: [fn(0), {"ms_median": 2.0}][1])
     case = "2x12:2x4:100x128/causal/page16/lens=100:37"
-    rows = tool.probe(case, [{}, {"TN_FIT": 0}, {"MAX_ROWS": 48}], device="cpu")
+    out = tmp_path / "c.jsonl"
+    rows = tool.probe(case, [{}, {"TN_FIT": 0}, {"MAX_ROWS": 48}], device="cpu",
+                      out=str(out))
+    assert [json.loads(ln) for ln in out.read_text().splitlines()] == rows
     assert [r.get("tile_n") for r in rows[:2]] == [64, 128]
     assert all(r["passed"] and r["rel_l2"] < 1e-3 and r["ms"] == 2.0 for r in rows[:2])
     assert "error" in rows[2] and "MAX_ROWS" in rows[2]["error"]

@@ -26,7 +26,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def probe(case: str, configs: list[dict], n_sets: int = 2, device: str = "cuda") -> list[dict]:
+def probe(case: str, configs: list[dict], n_sets: int = 2, device: str = "cuda",
+          out: str | None = None) -> list[dict]:
+    """The rows of one case (appended to ``out`` as each config finishes, so a job cut by
+    its time bound keeps what it measured)."""
     import torch
     from spak.device.decode_gpu import decode_call, decode_gpu_inputs
     from spak.device.timing import time_events
@@ -61,6 +64,9 @@ def probe(case: str, configs: list[dict], n_sets: int = 2, device: str = "cuda")
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if out:
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
     return rows
 
 
@@ -86,14 +92,13 @@ def main(argv=None) -> int:
     rows = []
     for case, configs in jobs(a.items):
         try:
-            rows += probe(case, configs)
+            rows += probe(case, configs, out=a.out)
         except Exception as e:                     # noqa: BLE001 - the next case runs
             rows.append({"case": case, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             print(json.dumps(rows[-1]), flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(rows[-1]) + "\n")
     return 1 if any("error" in r or not r.get("passed") for r in rows) else 0
 
 
