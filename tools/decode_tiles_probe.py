@@ -50,9 +50,9 @@ def probe(case: str, configs: list[dict], n_sets: int = 2, device: str = "cuda",
             calls[0]()
             if device != "cpu":
                 torch.cuda.synchronize()
-            out = calls[0].outputs["out"].double()
-            err = float((out - ref).norm() / ref.norm())
-            ok = bool(torch.isfinite(out).all()) and err <= fam.gate(p)
+            got = calls[0].outputs["out"].double()
+            err = float((got - ref).norm() / ref.norm())
+            ok = bool(torch.isfinite(got).all()) and err <= fam.gate(p)
             split = calls[0].launches[0]
             ms = time_events(lambda i: calls[i](), n_sets)["ms_median"]
             row.update(ms=ms, of_copy=copy_ms / ms, rel_l2=err, passed=ok,
