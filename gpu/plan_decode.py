@@ -30,6 +30,7 @@ cu_seqlens_q/k int32 [B+1], out [total_q, Hq, Dv]) with the padded forward's blo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Optional
 
@@ -44,7 +45,8 @@ from .plan import (MAX_HEAD_DIM, Launch, _check_bool, _check_contiguous, _check_
 __all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
            "default_varlen_tiles",
            "row_tiles", "head_tiles", "choose_num_splits", "choose_kt_form", "choose_page_ahead",
-           "auto_splits", "combine_tiles", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
+           "auto_splits", "combine_tiles", "batch_chunks", "batch_slice", "INDEX_LIMIT",
+           "fit_tile_n", "planned_splits", "TILE_KEYS", "VARLEN_TILE_KEYS", "PAGE_MODES",
            "KT_FORMS", "KT_AUTO", "AHEAD_AUTO", "MAX_SPLITS", "NUM_CTAS_VALUES",
            "LAUNCH_NAMES"]
 
@@ -64,8 +66,18 @@ __all__ = ["plan_decode", "plan_varlen", "whole_tiles", "default_decode_tiles",
 #: one padded with masked rows, so each kv head's K/V is read cdiv(group, GT) times a
 #: split; 0 the former tiling, blocks of the largest power of two dividing the group (a
 #: group of 7: seven blocks, each reading the K/V), kept for same-run comparisons.
+#: INDEX32 (issue 33h): 1 (the default) plans a contiguous cache of more than INDEX_LIMIT
+#: elements as one plan per batch range whose arrays stay within it (batch_chunks), so every
+#: launch takes the kernels' 32-bit-index form; 0 one plan over the whole batch, which past
+#: 2^31 elements is the int64-indexed twin (gpu.plan.int64_variant). sm_90, tileiras 13.4,
+#: Yi-34B's 128x56:8x16384x128 one-split kernel: the twin has no TMA load (64 LDGSTS, 0
+#: UTMALDG) and spills 696 bytes a thread; the 32-bit form over 64 sequences: 18 UTMALDG, no
+#: stack. H200 (results/issue33-h200x2-2026-11-28d): the twin's call 0.77 of a copy where
+#: 32-bit one-split plans of the same family (Mixtral-8x7B 128x32:8x1024x128) reach 0.96.
+#: TN_FIT (issue 33h): 1 (the default) lets the plan lower TILE_N in the rows form where
+#: sm_90 compiles a gathered paged tile with spills (fit_tile_n); 0 TILE_N as given.
 TILE_KEYS = ("TILE_N", "MAX_ROWS", "PAGE_MODE", "OCCUPANCY", "KT_FORM", "NUM_CTAS", "LAT",
-             "PAGE_AHEAD", "GROUP_PAD")
+             "PAGE_AHEAD", "GROUP_PAD", "INDEX32", "TN_FIT")
 #: Config keys of a varlen `tiles` dict: spak.fmha's launch config (query rows per block,
 #: keys per step, the K/V load latency hints, the occupancy and num_ctas hints; 0 = the
 #: kernel's own) and HEADS, the query heads a block computes (VARLEN_HEADS).
@@ -151,6 +163,9 @@ COMBINE_WIDE_SPLITS = 128
 #: 1404-1426 vs 1193 (65536 keys).
 COMBINE_POW2_CAP = 64
 LAUNCH_NAMES = ("decode", "decode.split", "decode.combine", "varlen")
+#: The most elements an array of a 32-bit-index launch may have (gpu.plan.INT32_MAX: past
+#: it gpu.plan._launch takes the int64 twin); batch_chunks keeps every chunk's within it.
+INDEX_LIMIT = 2**31 - 1
 DEFAULT_SMS = 132            # H100 SXM; the API passes the device's own count
 
 
@@ -162,7 +177,7 @@ def default_decode_tiles(head_dim: int, arch: str = "sm_90") -> dict[str, int]:
     d = _tile_width(_check_int("head_dim", head_dim, 1, MAX_HEAD_DIM))
     return {"TILE_N": 128 if d <= 128 else 64, "MAX_ROWS": 64, "PAGE_MODE": 1,
             "OCCUPANCY": 0, "KT_FORM": KT_AUTO, "NUM_CTAS": 0, "LAT": 0,
-            "PAGE_AHEAD": AHEAD_AUTO, "GROUP_PAD": 1}
+            "PAGE_AHEAD": AHEAD_AUTO, "GROUP_PAD": 1, "INDEX32": 1, "TN_FIT": 1}
 
 
 def default_varlen_tiles(head_dim: int, arch: str = "sm_90", causal: bool = False) -> dict:
@@ -318,7 +333,10 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
     none), "LAT": 0..10 (the K/V loads' latency hint, 0: none), "PAGE_AHEAD": -1..1
     (paged: page ids looked up one key tile ahead, 1, or in the step, 0; -1 AHEAD_AUTO:
     choose_page_ahead), "GROUP_PAD": 0 or 1 (row_tiles: 1 pads a group no power of two
-    divides to whole tiles, 0 the former power-of-two split)};
+    divides to whole tiles, 0 the former power-of-two split), "INDEX32": 0 or 1 (1: a
+    contiguous cache past INDEX_LIMIT elements is planned per batch range, batch_chunks,
+    every launch 32-bit indexed; 0: one int64-indexed plan), "TN_FIT": 0 or 1 (1: the rows
+    form's TILE_N lowered where fit_tile_n says sm_90 spills; 0: as given)};
     default default_decode_tiles(D). With a paged cache of pages
     concatenated (PAGE_MODE 0) a tile spans at most 8 pages.
     alloc(shape, "float32") makes the split workspaces; may be omitted for numpy q.
@@ -328,28 +346,28 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                                                      block_table)
     causal = _check_bool("causal", causal)
     scale = _check_scale(scale, D)
-    tn, max_rows, page_mode, occ, form, ctas, lat, ahead, pad = _check_tiles(tiles, D, page)
+    t = _check_tiles(tiles, D, page)
     num_sms = _check_int("num_sms", num_sms, 1, 1 << 16)
     if num_splits is not None:
         num_splits = _check_int("num_splits", num_splits, 1, MAX_SPLITS)
     if B * Sq * Hq == 0:
         return []
-    gt, sq_t = row_tiles(Hq, Hkv, Sq, max_rows, pad)
+    chunks = _chunks(B, Sq, Hq, D, Hkv, Dv, cap, page, t)
+    if chunks:              # each batch range's arrays within INDEX_LIMIT: 32-bit launches
+        sub = dict(tiles or {}, INDEX32=0)
+        return [L for b0, b1 in chunks for L in plan_decode(
+            *(batch_slice(x, b0, b1) for x in (q, k_cache, v_cache, cache_seqlens, out)),
+            causal=causal, scale=scale, num_splits=num_splits, tiles=sub, num_sms=num_sms,
+            alloc=alloc)]
+    gt, sq_t, tn, form, ahead, mode = _resolve(Hq, Hkv, Sq, D, page, t)
     masked = (Hq // Hkv) % gt != 0           # the kernel's PAD form: masked padding rows
-    if form == KT_AUTO:
-        form = choose_kt_form(Hq, Hkv, Sq, page, tn)
-    # only a paged cache has page ids to look up: contiguous plans keep one variant
-    if ahead == AHEAD_AUTO:
-        ahead = choose_page_ahead(page, tn, form, page_mode)
-    else:
-        ahead = bool(ahead) and page > 0
+    occ, ctas, lat = t["OCCUPANCY"], t["NUM_CTAS"], t["LAT"]
     tiles_qh = head_tiles(Hq, Hkv, gt) * -(-Sq // sq_t)
-    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, max_rows, num_sms, D, Dv,
-                                       pad=pad)
+    splits = num_splits or auto_splits(B, Hq, Hkv, Sq, cap, tn, t["MAX_ROWS"], num_sms, D,
+                                       Dv, pad=t["GROUP_PAD"])
     alloc = _resolve_alloc(alloc, q)
     bt = cache_seqlens if block_table is None else block_table   # never read when contiguous
     d_t, dv_t = _tile_width(D), _tile_width(Dv)
-    mode = page_mode if 0 < page < tn else 0
     split_kernel = with_hints(_decode.decode_split_kernel, occupancy=occ or None,
                               num_ctas=ctas or None)
     if splits == 1:     # the split kernel's one-split block, without its workspaces
@@ -374,6 +392,106 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
             _launch(_decode.decode_combine_kernel, (Hq * -(-Dv // cdv), Sq, B),
                     (acc.reshape((B * Sq, Hq, splits, dv_t)), mx, lx, out, splits_t, cdv),
                     "decode.combine")]
+
+
+def _resolve(Hq, Hkv, Sq, D, page, t) -> tuple:
+    """(GT, SQ_T, TILE_N, KT_FORM, AHEAD, PAGE_MODE) a plan launches for checked tiles t:
+    the row tiling, the form (choose_kt_form where KT_AUTO), TILE_N fitted to the rows form
+    (fit_tile_n, where TN_FIT), the page look-up (choose_page_ahead where AHEAD_AUTO; only
+    a paged cache has page ids, so contiguous plans keep one variant)."""
+    gt, sq_t = row_tiles(Hq, Hkv, Sq, t["MAX_ROWS"], t["GROUP_PAD"])
+    tn, form, ahead = t["TILE_N"], t["KT_FORM"], t["PAGE_AHEAD"]
+    if form == KT_AUTO:
+        form = choose_kt_form(Hq, Hkv, Sq, page, tn)
+    if t["TN_FIT"] and form == 0:
+        tn = fit_tile_n(tn, page, gt * sq_t, D)
+    if ahead == AHEAD_AUTO:
+        ahead = choose_page_ahead(page, tn, form, t["PAGE_MODE"])
+    else:
+        ahead = bool(ahead) and page > 0
+    return gt, sq_t, tn, form, ahead, t["PAGE_MODE"] if 0 < page < tn else 0
+
+
+def _chunks(B, Sq, Hq, D, Hkv, Dv, cap, page, t):
+    """batch_chunks of a contiguous plan with INDEX32 (None: one plan)."""
+    if not t["INDEX32"] or page:
+        return None
+    return batch_chunks(B, _per_sequence(Sq, Hq, D, Hkv, Dv, cap))
+
+
+def planned_splits(B: int, Sq: int, Hq: int, Hkv: int, D: int, Dv: int, capacity: int,
+                   page: int, tiles: Optional[dict], num_sms: int = DEFAULT_SMS) -> int:
+    """The split count plan_decode chooses (num_splits None) for sequence 0's launch: its
+    batch range's (batch_chunks) and its fitted TILE_N (fit_tile_n). capacity: keys per
+    sequence (Sk_max, or max_pages x page); page 0: contiguous."""
+    t = _check_tiles(tiles, D, page)
+    chunks = _chunks(B, Sq, Hq, D, Hkv, Dv, capacity, page, t)
+    if chunks:
+        B = chunks[0][1]
+    gt, sq_t, tn, *_ = _resolve(Hq, Hkv, Sq, D, page, t)
+    return auto_splits(B, Hq, Hkv, Sq, capacity, tn, t["MAX_ROWS"], num_sms, D, Dv,
+                       pad=t["GROUP_PAD"])
+
+
+def fit_tile_n(tile_n: int, page: int, rows: int, head_dim: int) -> int:
+    """TILE_N for the rows form (KT_FORM 0) where tiles["TN_FIT"] (the default): halved to
+    64 for a gathered paged tile (page < TILE_N) that sm_90 compiles with spills at 128 keys:
+    32 rows over 4+ pages, or 64 rows at D <= 64. tileiras 13.4, fp16, Sq 4 causal, the
+    split and one-split kernels (B/thread of stack at 128 -> 64 keys; 384 threads x 168
+    registers unless noted): 32 rows, 16-key pages, D 128: 368-896 -> 0-64 (Mixtral-8x22B's
+    one-split kernel 896 -> 0, 256 threads x 255 registers); D 64: 464-496 -> 0; 32-key
+    pages, D 64: 760 -> 0; 64 rows at D 64: 16-key pages 80 -> 0, 64-key pages
+    (Falcon-7B) 272-296 -> 0 (then one TMA box a tile, 256 x 255). Left at 128: 32 rows
+    over 2 pages (64-key pages, D 128: 8 -> 240 at 64), 64 rows at D 128 (8 -> 0), 128
+    rows (152 -> 192 at D 64)."""
+    if not 0 < page < tile_n or tile_n <= 64:
+        return tile_n
+    if (rows == 32 and tile_n // page >= 4) or (rows == 64 and head_dim <= 64):
+        return 64
+    return tile_n
+
+
+def _per_sequence(Sq, Hq, D, Hkv, Dv, cap) -> int:
+    """The most elements one sequence adds to any array of a contiguous plan: its cache
+    slice, its queries / outputs, or its split workspace at the most splits it can take."""
+    dv_t = _tile_width(Dv)
+    splits = min(MAX_SPLITS, max(-(-cap // 16), 1))
+    return max(cap * Hkv * max(D, Dv), Sq * Hq * max(D, Dv), Sq * Hq * splits * dv_t)
+
+
+def batch_chunks(B: int, per_sequence: int,
+                 limit: Optional[int] = None) -> Optional[list[tuple[int, int]]]:
+    """Batch ranges [(b0, b1), ...] whose arrays (per_sequence elements a sequence) stay
+    within `limit` (default INDEX_LIMIT), or None where the whole batch does, or where one
+    sequence alone passes it (then the plan is the int64-indexed twin). The ranges are
+    near equal and, from 4 sequences on, multiples of 4, so a range's first int32 length
+    (and every other array's first element) stays 16-byte aligned, as ct.launch's
+    specialisation of a whole tensor assumes."""
+    limit = INDEX_LIMIT if limit is None else limit
+    if B * per_sequence <= limit:
+        return None
+    most = limit // per_sequence
+    if most < 1:
+        return None
+    if most >= 4:
+        most -= most % 4
+    n = -(-B // most)
+    size = -(-B // n)
+    if most >= 4:
+        size += -size % 4                  # still <= most: a multiple of 4 at least cdiv
+    return [(b0, min(b0 + size, B)) for b0 in range(0, B, size)]
+
+
+def batch_slice(x, b0: int, b1: int):
+    """Sequences [b0, b1) of an array (a view, no copy): torch tensors, numpy arrays,
+    sim.SimArray, and the compile stand-ins (dataclasses with a shape)."""
+    if hasattr(x, "narrow"):                               # torch
+        return x.narrow(0, b0, b1 - b0)
+    if hasattr(x, "_root") and hasattr(x, "slice"):        # sim.SimArray: a view
+        return x.slice(0, b0, b1)
+    if dataclasses.is_dataclass(x):                        # a shape-only stand-in
+        return dataclasses.replace(x, shape=(b1 - b0, *tuple(x.shape)[1:]))
+    return x[b0:b1]                                        # numpy
 
 
 def plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, out, *, max_seqlen_q: int,
@@ -511,25 +629,30 @@ def _check_int32_vector(name, x, shape):
     _check_contiguous(name, x)
 
 
-def _check_tiles(tiles, head_dim, page) -> tuple[int, int, int, int, int, int, int, int, bool]:
+def _check_tiles(tiles, head_dim, page) -> dict:
+    """The tiles dict merged over default_decode_tiles, each value checked (ValueError /
+    TypeError naming the key) and normalised (ints; GROUP_PAD, INDEX32, TN_FIT bools)."""
     t = merge_tiles(tiles, default_decode_tiles(head_dim), TILE_KEYS,
                     f"keys {TILE_KEYS} or None", _type_name)
     check_pow2_tiles(t, ("TILE_N", "MAX_ROWS"))
-    occ = _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, max(OCCUPANCIES))
-    g = t["PAGE_MODE"]
-    mode = _check_int("tiles['PAGE_MODE']", g, 0, max(PAGE_MODES))
-    tn = int(t["TILE_N"])
+    out = {"TILE_N": int(t["TILE_N"]), "MAX_ROWS": int(t["MAX_ROWS"])}
+    out["OCCUPANCY"] = _check_int("tiles['OCCUPANCY']", t["OCCUPANCY"], 0, max(OCCUPANCIES))
+    mode = out["PAGE_MODE"] = _check_int("tiles['PAGE_MODE']", t["PAGE_MODE"], 0,
+                                         max(PAGE_MODES))
+    tn = out["TILE_N"]
     if page and mode == 0 and tn > 8 * page:
         raise ValueError(f"tiles['TILE_N'] ({tn}) may span at most 8 pages of {page} "
                          f"with tiles['PAGE_MODE'] = 0")
-    form = _check_int("tiles['KT_FORM']", t["KT_FORM"], KT_AUTO, max(KT_FORMS))
-    ctas = _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0, max(NUM_CTAS_VALUES))
+    out["KT_FORM"] = _check_int("tiles['KT_FORM']", t["KT_FORM"], KT_AUTO, max(KT_FORMS))
+    ctas = out["NUM_CTAS"] = _check_int("tiles['NUM_CTAS']", t["NUM_CTAS"], 0,
+                                        max(NUM_CTAS_VALUES))
     if ctas not in NUM_CTAS_VALUES:
         raise ValueError(f"tiles['NUM_CTAS'] must be one of {NUM_CTAS_VALUES}, got {ctas}")
-    lat = _check_int("tiles['LAT']", t["LAT"], 0, 10)
-    ahead = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
-    pad = bool(_check_int("tiles['GROUP_PAD']", t["GROUP_PAD"], 0, 1))
-    return tn, int(t["MAX_ROWS"]), mode, occ, form, ctas, lat, ahead, pad
+    out["LAT"] = _check_int("tiles['LAT']", t["LAT"], 0, 10)
+    out["PAGE_AHEAD"] = _check_int("tiles['PAGE_AHEAD']", t["PAGE_AHEAD"], AHEAD_AUTO, 1)
+    for key in ("GROUP_PAD", "INDEX32", "TN_FIT"):
+        out[key] = bool(_check_int(f"tiles['{key}']", t[key], 0, 1))
+    return out
 
 
 def _resolve_alloc(alloc, q):

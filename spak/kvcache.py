@@ -213,10 +213,13 @@ def _plan(q, k_cache, v_cache, lens, block_table, out, is_causal, scale, num_spl
                                   "KT_FORM": kt_form, "NUM_CTAS": num_ctas, "LAT": lat,
                                   "PAGE_AHEAD": ahead},
                            num_sms=_num_sms(q.device.index), alloc=alloc)
-    names = {id(q): "q", id(k_cache): "k", id(v_cache): "v", id(lens): "lens",
-             id(out): "out", **({id(block_table): "bt"} if block_table is not None else {})}
+    named = {"q": q, "k": k_cache, "v": v_cache, "lens": lens, "out": out}
+    if block_table is not None:
+        named["bt"] = block_table
+    names = {id(t): name for name, t in named.items()}
     names.update({id(w): i for i, w in enumerate(work)})
-    templates = Templates((L.kernel, L.grid, tuple(_place(a, names, work) for a in L.args))
+    templates = Templates((L.kernel, L.grid, tuple(_place(a, names, work, named)
+                                                   for a in L.args))
                           for L in launches)
     if len(_PLANS) >= 512:                    # many distinct shapes: start over
         _PLANS.clear()
@@ -241,15 +244,30 @@ class _View:
         self.index, self.shape = index, shape
 
 
-def _place(a, names, work):
-    """A launch argument's template entry: a named tensor, a workspace index, a view of
-    a workspace, or a constant."""
+class _Rows:
+    """Sequences [start, start + n) of a named tensor (a plan over batch ranges,
+    gpu.plan_decode.batch_chunks: a huge contiguous cache in 32-bit-index launches)."""
+    __slots__ = ("name", "start", "n")
+
+    def __init__(self, name, start, n):
+        self.name, self.start, self.n = name, start, n
+
+
+def _place(a, names, work, named=None):
+    """A launch argument's template entry: a named tensor, a batch range of one
+    (_Rows), a workspace index, a view of a workspace, or a constant."""
     if id(a) in names:
         return names[id(a)]
     if isinstance(a, torch.Tensor):
         for i, w in enumerate(work):
             if a.data_ptr() == w.data_ptr() and a.numel() == w.numel():
                 return _View(i, tuple(a.shape))
+        for name, t in (named or {}).items():
+            if (a.dim() == t.dim() and a.dim() > 0 and a.shape[1:] == t.shape[1:]
+                    and a.stride() == t.stride() and a.dtype == t.dtype and t.numel()
+                    and 0 <= a.data_ptr() - t.data_ptr() < t.numel() * t.element_size()):
+                row = t.stride(0) * t.element_size() if t.shape[0] > 1 else 1
+                return _Rows(name, (a.data_ptr() - t.data_ptr()) // row, a.shape[0])
     return _Const(a)
 
 
@@ -346,7 +364,7 @@ class _Binder:
                 if isinstance(a, str):
                     if a not in names:
                         names.append(a)
-                elif isinstance(a, _View):
+                elif isinstance(a, (_View, _Rows)):
                     views.append(a)
                 elif isinstance(a, _Const):
                     consts.append(a)
@@ -355,12 +373,14 @@ class _Binder:
         # the pool: names, workspaces, views, constants
         at = {id(a): len(names) + nwork + i for i, a in enumerate(views + consts)}
         self.names, self.nwork = tuple(names), nwork
-        self.views = tuple((a.index, a.shape) for a in views)
+        # a workspace view (index, shape), or a named tensor's batch range (name, start, n)
+        self.views = tuple((a.index, a.shape) if isinstance(a, _View) else
+                           (a.name, a.start, a.n) for a in views)
         self.consts = tuple(a.value for a in consts)
         self.launches = []
         for kernel, grid, args in templates:
             idx = [names.index(a) if isinstance(a, str) else
-                   at[id(a)] if isinstance(a, (_View, _Const)) else len(names) + a
+                   at[id(a)] if isinstance(a, (_View, _Rows, _Const)) else len(names) + a
                    for a in args]
             get = (operator.itemgetter(*idx) if len(idx) > 1 else
                    (lambda pool, i=idx[0]: (pool[i],)) if idx else (lambda pool: ()))
@@ -368,7 +388,9 @@ class _Binder:
 
     def pool(self, work, tensors) -> tuple:
         return (tuple(map(tensors.get, self.names)) + tuple(work[:self.nwork])
-                + tuple(work[i].view(shape) for i, shape in self.views) + self.consts)
+                + tuple(work[v[0]].view(v[1]) if len(v) == 2 else
+                        tensors[v[0]].narrow(0, v[1], v[2]) for v in self.views)
+                + self.consts)
 
 
 def launch_templates(device, templates, work, tensors) -> None:

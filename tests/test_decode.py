@@ -248,11 +248,11 @@ def test_spak_sim_family_cli(capsys):
     rc = main(["sim", "--family", "fmha_decode", "--shapes", "2x8:2x40x64/lens=40:9",
                "--dtype", "fp16"])
     assert rc == 0, capsys.readouterr()
-    # every kernel of the family: the split kernel as planned, its two keys-in-M forms and
-    # the former GQA row tiling (splitkv_pow2)
+    # every kernel of the family: the split kernel as planned, its two keys-in-M forms,
+    # the former GQA row tiling (splitkv_pow2) and the plan without issue 33h's rules
     out = capsys.readouterr().out
-    assert "4/4 cases passed" in out and "splitkv_keys_vt 1/1" in out
-    assert "splitkv_pow2 1/1" in out
+    assert "5/5 cases passed" in out and "splitkv_keys_vt 1/1" in out
+    assert "splitkv_pow2 1/1" in out and "splitkv_prev 1/1" in out
 
 
 def test_bytes_moved_counts_each_sequence():

@@ -146,18 +146,28 @@ def _helper_compile(unit) -> tuple:
 _COMPILER = None
 
 
-def precompile(shapes, dtype: str, jobs: int, arch: str = "sm_90") -> int:
-    """Every case's units built into cuTile's disk cache by ``jobs`` CPU helpers; prints
-    one line a unit and a total; returns the count that failed (left to `spak run`)."""
+def precompile(shapes, dtype: str, jobs: int, arch: str = "sm_90", kernels=("splitkv",),
+               tiles=None, configs=(None,)) -> int:
+    """Every case's units (each of ``kernels``; "all": the family's; tiles (MAX_ROWS,
+    TILE_N) as `spak run --tiles`; each of ``configs``, dicts of tiles knobs and num_splits
+    over the run's config, as tools/decode_tiles_probe.py passes them) built into cuTile's
+    disk cache by ``jobs`` CPU helpers; prints one line a unit and a total; returns the
+    count that failed (left to the GPU call)."""
     import multiprocessing as mp
     from spak.families.fmha_decode import FAMILY as fam
     from spak.tune.space import config_id
+    if "all" in kernels:
+        kernels = fam.kernels
     units = {}
     for p in fam.select(shapes, dtype=dtype):
-        cfg = fam.gpu_config("splitkv", p, "cpu")
-        u = fam.compile_unit("splitkv", p, cfg, config_id(cfg, fam.space_keys))
-        if u is not None:
-            units[u["unit_id"]] = {**u, "family": fam.name, "arch": arch}
+        for kernel in kernels:
+            for extra in configs:
+                cfg = {**fam.gpu_config(kernel, p, "cpu", tiles), **(extra or {})}
+                cid = config_id(cfg, fam.space_keys) + ("" if not extra else
+                                                        json.dumps(extra, sort_keys=True))
+                u = fam.compile_unit(kernel, p, cfg, cid)
+                if u is not None:
+                    units[u["unit_id"]] = {**u, "family": fam.name, "arch": arch}
     t0, bad = time.perf_counter(), 0
     with mp.get_context("spawn").Pool(max(1, min(jobs, len(units)))) as pool:
         for case, status, secs, err in pool.imap_unordered(_helper_compile, units.values()):
@@ -211,9 +221,19 @@ def main(argv=None) -> int:
     ap.add_argument("--precompile", type=int, default=0, metavar="JOBS",
                     help="only build every case's kernels into cuTile's disk cache with "
                          "JOBS CPU helpers (no survey)")
+    ap.add_argument("--kernels", nargs="+", default=["splitkv"],
+                    help="--precompile these kernels of the family (default splitkv; all)")
+    ap.add_argument("--tiles", default=None, metavar="MxN",
+                    help="--precompile with `spak run --tiles MxN` (MAX_ROWS x TILE_N)")
+    ap.add_argument("--configs", nargs="+", default=None, metavar="JSON",
+                    help="--precompile each of these configs (JSON dicts of tiles knobs and "
+                         "num_splits, over the run's) for every shape")
     a = ap.parse_args(argv)
     if a.precompile:
-        return 1 if precompile(a.shapes, a.dtype, a.precompile) else 0
+        tiles = tuple(int(v) for v in a.tiles.lower().split("x")) if a.tiles else None
+        configs = [json.loads(c) for c in a.configs] if a.configs else [None]
+        return 1 if precompile(a.shapes, a.dtype, a.precompile, kernels=a.kernels,
+                               tiles=tiles, configs=configs) else 0
     rows = survey(a.shapes, a.dtype, a.sim)
     if a.table:
         for r in rows:

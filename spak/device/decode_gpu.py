@@ -127,18 +127,19 @@ def decode_launches(p, arrays, config, num_sms: int, alloc) -> list:
 def split_count(p, inputs, config) -> int:
     """The key splits decode_call plans for this problem and config on the inputs' device."""
     import torch
-    from spak.gpu.plan_decode import auto_splits, default_decode_tiles
+    from spak.gpu.plan_decode import planned_splits
     tiles, _, splits = _split_config(config)
     if splits or p.splits:
         return int(splits or p.splits)
-    t = {**default_decode_tiles(p.D), **tiles}
     dev = inputs["q"].device
     sms = torch.cuda.get_device_properties(dev).multi_processor_count \
         if dev.type == "cuda" else 132
     k, bt = inputs["k_cache"], inputs["block_table"]
+    page = 0 if bt is None else k.shape[1]
     cap = k.shape[1] * (1 if bt is None else bt.shape[1])
-    return auto_splits(p.B, p.Hq, p.Hkv, p.Sq, cap, t["TILE_N"], t["MAX_ROWS"], sms, p.D,
-                       inputs["v_cache"].shape[3], pad=bool(t["GROUP_PAD"]))
+    # the plan's own rule: sequence 0's batch range (INDEX32) and fitted TILE_N (TN_FIT)
+    return planned_splits(p.B, p.Sq, p.Hq, p.Hkv, p.D, inputs["v_cache"].shape[3], cap,
+                          page, tiles, sms)
 
 
 def decode_sim_slice(p, inputs, out, config, *, splits: int, work: int) -> SimSlice:

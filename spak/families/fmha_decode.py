@@ -268,6 +268,11 @@ SHAPE_SETS: dict[str, list[str]] = {
         "1x12:1x3:50x32/causal/lens=50",                    # group 12, Sq 3: 64 rows
         "2x71:1x40x32/page16/lens=40:17/splits=2",          # 71: two tiles of 64 heads
         "1x71:1x3:30x32/causal/lens=30",                    # 71, Sq 3
+        # issue 33h: the rows form's fitted TILE_N (gpu.plan_decode.fit_tile_n): Mixtral-
+        # 8x22B's group 6 at Sq 4 over 16-key pages (32 rows, 64-key tiles of 4 pages);
+        # Falcon-7B's 71 at Sq 4, D 64, 64-key pages (64 rows, a page a 64-key tile)
+        "2x12:2x4:100x128/causal/page16/lens=100:37/splits=2",
+        "1x71:1x4:150x64/causal/page64/lens=150",
     ],
     "bench": _bench(),
     # served models' head configurations (spak/families/decode_models.py: the configs, how
@@ -362,8 +367,11 @@ class FmhaDecode(KernelFamily):
     #: choice (tiles["KT_FORM"] or choose_kt_form), the others one form pinned;
     #: "splitkv_pow2" the plan's choice with the former GQA row tiling (tiles["GROUP_PAD"]
     #: 0: blocks of the largest power of two dividing the group), the baseline issue 33's
-    #: padded tiles are timed against in one run (`spak run --kernel all`)
-    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt", "splitkv_pow2")
+    #: padded tiles are timed against in one run (`spak run --kernel all`); "splitkv_prev"
+    #: the plan's choice without issue 33h's two plan rules (tiles["INDEX32"] 0: a cache
+    #: past 2^31 elements in one int64-indexed launch; tiles["TN_FIT"] 0: TILE_N as given,
+    #: no fit_tile_n), the baseline those are timed against
+    kernels = ("splitkv", "splitkv_keys", "splitkv_keys_vt", "splitkv_pow2", "splitkv_prev")
     outputs = ("out",)
     metric = "GB/s"
     space_keys = ("TILE_N", "MAX_ROWS", "num_splits", "occupancy")
@@ -384,9 +392,10 @@ class FmhaDecode(KernelFamily):
 
     def knob_keys(self) -> tuple[str, ...]:
         """KT_FORM (gpu.plan_decode.KT_FORMS: 0 rows, 1 keys, 2 keys_vt in the tensor
-        cores' M) and GROUP_PAD (1 padded GQA tiles, 0 the former power-of-two ones),
+        cores' M), GROUP_PAD (1 padded GQA tiles, 0 the former power-of-two ones) and
+        TN_FIT (1 the plan may lower TILE_N where sm_90 spills, 0 TILE_N as given),
         swept beside the tiles ([sweep.sm_90] knobs)."""
-        return ("KT_FORM", "GROUP_PAD")
+        return ("KT_FORM", "GROUP_PAD", "TN_FIT")
 
     def grammar_help(self) -> str:
         return GRAMMAR_HELP
@@ -608,7 +617,8 @@ _ARCH_SMS = {"sm_90": 132, "sm_120": 48}
 
 #: kernel name -> the tiles knobs it pins (gpu.plan_decode: KT_FORMS, GROUP_PAD)
 _KERNEL_FORMS = {"splitkv_keys": {"KT_FORM": 1}, "splitkv_keys_vt": {"KT_FORM": 2},
-                 "splitkv_pow2": {"GROUP_PAD": 0}}
+                 "splitkv_pow2": {"GROUP_PAD": 0},
+                 "splitkv_prev": {"INDEX32": 0, "TN_FIT": 0}}
 
 
 def _form_tiles(kernel, tiles):
