@@ -56,13 +56,16 @@ def _signature(kernel, args) -> KernelSignature:
 
 
 def decode_launches(*, dtype: str, head_dim: int, causal: bool, page: int = 0,
-                    seq_q: int = 1, heads=(32, 8), splits: int = 4, tiles=None):
-    """The plan's launches for one variant on stand-in arrays (lengths are run-time)."""
+                    seq_q: int = 1, heads=(32, 8), splits: int = 4, tiles=None,
+                    capacity: int = 4096):
+    """The plan's launches for one variant on stand-in arrays (lengths are run-time; a
+    paged cache's capacity, keys a sequence, is its block table's width: the rows form's
+    fitted TILE_N depends on it, plan_decode.fit_tile_n)."""
     dt = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
     hq, hkv = heads
     q = _Spec((2, seq_q, hq, head_dim), dt)
     k = _Spec((64, page, hkv, head_dim) if page else (2, 1000, hkv, head_dim), dt)
-    bt = _Spec((2, 16), "int32") if page else None
+    bt = _Spec((2, -(-capacity // page)), "int32") if page else None
     lens, out = _Spec((2,), "int32"), _Spec((2, seq_q, hq, head_dim), dt)
     return plan_decode(q, k, k, lens, out, block_table=bt, causal=causal, num_splits=splits,
                        tiles=tiles, alloc=lambda shape, kind: _Spec(tuple(shape), "float32"))

@@ -359,7 +359,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
             *(batch_slice(x, b0, b1) for x in (q, k_cache, v_cache, cache_seqlens, out)),
             causal=causal, scale=scale, num_splits=num_splits, tiles=sub, num_sms=num_sms,
             alloc=alloc)]
-    gt, sq_t, tn, form, ahead, mode = _resolve(Hq, Hkv, Sq, D, page, t)
+    gt, sq_t, tn, form, ahead, mode = _resolve(Hq, Hkv, Sq, D, page, cap, t)
     masked = (Hq // Hkv) % gt != 0           # the kernel's PAD form: masked padding rows
     occ, ctas, lat = t["OCCUPANCY"], t["NUM_CTAS"], t["LAT"]
     tiles_qh = head_tiles(Hq, Hkv, gt) * -(-Sq // sq_t)
@@ -394,7 +394,7 @@ def plan_decode(q, k_cache, v_cache, cache_seqlens, out, *,
                     "decode.combine")]
 
 
-def _resolve(Hq, Hkv, Sq, D, page, t) -> tuple:
+def _resolve(Hq, Hkv, Sq, D, page, cap, t) -> tuple:
     """(GT, SQ_T, TILE_N, KT_FORM, AHEAD, PAGE_MODE) a plan launches for checked tiles t:
     the row tiling, the form (choose_kt_form where KT_AUTO), TILE_N fitted to the rows form
     (fit_tile_n, where TN_FIT), the page look-up (choose_page_ahead where AHEAD_AUTO; only
@@ -404,7 +404,7 @@ def _resolve(Hq, Hkv, Sq, D, page, t) -> tuple:
     if form == KT_AUTO:
         form = choose_kt_form(Hq, Hkv, Sq, page, tn)
     if t["TN_FIT"] and form == 0:
-        tn = fit_tile_n(tn, page, gt * sq_t, D)
+        tn = fit_tile_n(tn, page, gt * sq_t, cap)
     if ahead == AHEAD_AUTO:
         ahead = choose_page_ahead(page, tn, form, t["PAGE_MODE"])
     else:
@@ -428,27 +428,36 @@ def planned_splits(B: int, Sq: int, Hq: int, Hkv: int, D: int, Dv: int, capacity
     chunks = _chunks(B, Sq, Hq, D, Hkv, Dv, capacity, page, t)
     if chunks:
         B = chunks[0][1]
-    gt, sq_t, tn, *_ = _resolve(Hq, Hkv, Sq, D, page, t)
+    gt, sq_t, tn, *_ = _resolve(Hq, Hkv, Sq, D, page, capacity, t)
     return auto_splits(B, Hq, Hkv, Sq, capacity, tn, t["MAX_ROWS"], num_sms, D, Dv,
                        pad=t["GROUP_PAD"])
 
 
-def fit_tile_n(tile_n: int, page: int, rows: int, head_dim: int) -> int:
+def fit_tile_n(tile_n: int, page: int, rows: int, capacity: int) -> int:
     """TILE_N for the rows form (KT_FORM 0) where tiles["TN_FIT"] (the default): halved to
-    64 for a gathered paged tile (page < TILE_N) that sm_90 compiles with spills at 128 keys:
-    32 rows over 4+ pages, or 64 rows at D <= 64. tileiras 13.4, fp16, Sq 4 causal, the
-    split and one-split kernels (B/thread of stack at 128 -> 64 keys; 384 threads x 168
-    registers unless noted): 32 rows, 16-key pages, D 128: 368-896 -> 0-64 (Mixtral-8x22B's
-    one-split kernel 896 -> 0, 256 threads x 255 registers); D 64: 464-496 -> 0; 32-key
-    pages, D 64: 760 -> 0; 64 rows at D 64: 16-key pages 80 -> 0, 64-key pages
-    (Falcon-7B) 272-296 -> 0 (then one TMA box a tile, 256 x 255). Left at 128: 32 rows
-    over 2 pages (64-key pages, D 128: 8 -> 240 at 64), 64 rows at D 128 (8 -> 0), 128
-    rows (152 -> 192 at D 64)."""
+    64 for a gathered paged tile (page < TILE_N) that sm_90 compiles with spills at 128 keys,
+    32 rows over 4+ pages, on caches of FIT_MIN_KEYS keys or more. tileiras 13.4, fp16, Sq 4
+    causal, the split and one-split kernels (B/thread of stack at 128 -> 64 keys; 384
+    threads x 168 registers unless noted): 32 rows, 16-key pages, D 128: 368-896 -> 0-64
+    (Mixtral-8x22B's one-split kernel 896 -> 0, 256 threads x 255 registers); D 64: 464-496
+    -> 0; 32-key pages, D 64: 760 -> 0. Left at 128: 32 rows over 2 pages (64-key pages, D
+    128: 8 -> 240 at 64), 64 rows (Falcon-7B's 64 rows at D 64 over 64-key pages spill 272
+    B at 128 and none at 64, yet 64 keys ran 1.20x slower on an H200), 128 rows.
+    Measured (H200, 2026-11-28e, results/issue33-h200-2026-11-28e): Mixtral-8x22B
+    32x48:8x4:4096x128 on 16-key pages 0.607 -> 0.287 ms at 64 keys; Llama-3.1-70B
+    8x64:8x4:1024x128 (the same 32 rows over 8 pages, a 1k cache, 64 blocks) 0.0291 ->
+    0.0331 ms, slower: hence FIT_MIN_KEYS (fitted on these two rows; between 1k and 4k
+    unmeasured)."""
     if not 0 < page < tile_n or tile_n <= 64:
         return tile_n
-    if (rows == 32 and tile_n // page >= 4) or (rows == 64 and head_dim <= 64):
+    if rows == 32 and tile_n // page >= 4 and capacity >= FIT_MIN_KEYS:
         return 64
     return tile_n
+
+
+#: fit_tile_n's least cache length (keys a sequence): below it a fitted 64-key tile's longer
+#: loop lost more than the 128-key tile's spills (Llama-3.1-70B Sq 4 at 1k keys, H200)
+FIT_MIN_KEYS = 2048
 
 
 def _per_sequence(Sq, Hq, D, Hkv, Dv, cap) -> int:

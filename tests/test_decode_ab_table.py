@@ -28,7 +28,7 @@ def _tool():
 def test_all_kernels_then_the_table(sim_launch, monkeypatch, tmp_path):
     monkeypatch.setenv("SPAK_PEERS", "/nonexistent")
     dec = get("fmha_decode")
-    spec = dec.parse("2x12:2x4:100x128/causal/page16/lens=100:37/fp16")   # TN_FIT's form
+    spec = dec.parse("2x12:2x4:100x128/causal/page16/lens=100:37/fp16")   # a paged Sq 4 case
     rows = case.run_case(spec, list(dec.kernels),
                          run_args(no_time=False, no_sim=True, peers=None, repeats=1,
                                   timing=["kernel"]),

@@ -1,6 +1,6 @@
 """The rows form's fitted key tile (issue 33h, gpu.plan_decode.fit_tile_n): where sm_90
-compiles a gathered paged tile of 128 keys with spills (32 rows over 4+ pages, 64 rows at
-D <= 64), the plan takes 64 keys a step; TN_FIT 0 keeps TILE_N as given. On the simulator:
+compiles a gathered paged tile of 128 keys with spills (32 rows over 4+ pages) on a cache
+of FIT_MIN_KEYS keys or more, the plan takes 64 keys a step; TN_FIT 0 keeps TILE_N as given. On the simulator:
 the fitted plans against float64, and the split count the family's simulator slice counts
 (spak.device.decode_gpu.split_count -> planned_splits) equals the plan's grid."""
 import numpy as np
@@ -12,21 +12,23 @@ from spak.cpu.simrun_decode import simulate_decode
 from spak.families.fmha_decode import FAMILY
 
 
-@pytest.mark.parametrize("tn,page,rows,d,want", [
-    (128, 16, 32, 128, 64),      # Mixtral-8x22B Sq 4: 8 gathered pages, 32 rows
-    (128, 32, 32, 64, 64),       # 4 pages, 32 rows
-    (128, 64, 32, 128, 128),     # 2 pages, 32 rows (Qwen2.5-7B Sq 4): 64 keys spill more
-    (128, 64, 64, 64, 64),       # Falcon-7B Sq 4: 64 rows at D 64
-    (128, 16, 64, 128, 128),     # 64 rows at D 128
-    (128, 16, 16, 128, 128),     # 16 rows: no spill
-    (128, 16, 128, 64, 128),     # 128 rows spill either way
-    (128, 0, 32, 128, 128),      # contiguous
-    (128, 128, 32, 128, 128),    # a page a tile: one box
-    (64, 16, 32, 128, 64),       # already 64
-    (256, 16, 32, 128, 64),
+@pytest.mark.parametrize("tn,page,rows,cap,want", [
+    (128, 16, 32, 4096, 64),     # Mixtral-8x22B Sq 4: 8 gathered pages, 32 rows (H200: 2.1x)
+    (128, 32, 32, 2048, 64),     # 4 pages, 32 rows, the least fitted cache
+    (128, 16, 32, 1024, 128),    # Llama-3.1-70B Sq 4 at 1k keys: 64 keys ran slower (H200)
+    (128, 16, 32, 2047, 128),
+    (128, 64, 32, 4096, 128),    # 2 pages, 32 rows (Qwen2.5-7B Sq 4): 64 keys spill more
+    (128, 64, 64, 16384, 128),   # Falcon-7B Sq 4, 64 rows at D 64: 64 keys ran slower (H200)
+    (128, 16, 64, 4096, 128),    # 64 rows
+    (128, 16, 16, 4096, 128),    # 16 rows: no spill
+    (128, 16, 128, 4096, 128),   # 128 rows spill either way
+    (128, 0, 32, 4096, 128),     # contiguous
+    (128, 128, 32, 4096, 128),   # a page a tile: one box
+    (64, 16, 32, 4096, 64),      # already 64
+    (256, 16, 32, 4096, 64),
 ])
-def test_fit_rule(tn, page, rows, d, want):
-    assert pd.fit_tile_n(tn, page, rows, d) == want
+def test_fit_rule(tn, page, rows, cap, want):
+    assert pd.fit_tile_n(tn, page, rows, cap) == want
 
 
 def _stand_ins(p):
@@ -53,7 +55,8 @@ def _launch_tn(case, tiles=None):
 
 @pytest.mark.parametrize("case,tn", [
     ("32x48:8x4:4096x128/causal/page16", 64),       # Mixtral-8x22B's gate row
-    ("128x71:1x4:16384x64/causal/page64", 64),      # Falcon-7B's
+    ("128x71:1x4:16384x64/causal/page64", 128),     # Falcon-7B's: left (64 ran slower)
+    ("8x64:8x4:1024x128/causal/page16", 128),       # Llama-3.1-70B Sq 4: 1k keys, left
     ("128x28:4x4:1024x128/causal/page64", 128),     # Qwen2.5-7B's: left at 128
     ("8x32:8x4:4096x128/causal/page16", 128),       # group 4, 16 rows
     ("4x64:8x4:65536x128/causal", 128),             # contiguous
@@ -74,14 +77,14 @@ def test_gate_rows_plan_the_fitted_tile(case, tn):
     assert split_count(p, meta, {"TN_FIT": 0}) == _launch_tn(case, {"TN_FIT": 0})[1]
 
 
-@pytest.mark.parametrize("case", ["2x12:2x4:100x128/causal/page16/lens=100:37/splits=2",
-                                  "1x71:1x4:150x64/causal/page64/lens=150"])
-def test_fitted_plans_match_float64(case):
+@pytest.mark.parametrize("case,tn", [("2x12:2x4:2100x128/causal/page16/lens=2100:37/splits=2", 64),
+                                     ("1x71:1x4:150x64/causal/page64/lens=150", 128)])
+def test_fitted_plans_match_float64(case, tn):
     p = FAMILY.parse(case)
     inp = FAMILY.make_inputs(p, seed=4)
     ref = FAMILY.reference(p, inp)["out"]
     out, _ = simulate_decode(inp, dtype=p.dtype, causal=p.causal, num_splits=p.splits)
-    assert _launch_tn(case)[0] == 64                            # the fitted form
+    assert _launch_tn(case)[0] == tn                            # the fitted form (or not)
     assert not np.isnan(out).any()
     assert rel_l2(out, ref) <= FAMILY.gate(p)
     assert rel_l2(out, ref * 1.01) > FAMILY.gate(p)             # the check can fail
@@ -105,7 +108,7 @@ def test_tiles_probe_tool_on_the_simulator(cpu_launch, monkeypatch, tmp_path):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     monkeypatch.setattr(timing, "time_events", lambda fn, n: [fn(0), {"ms_median": 2.0}][1])
-    case = "2x12:2x4:100x128/causal/page16/lens=100:37"
+    case = "2x12:2x4:2100x128/causal/page16/lens=2100:37"
     out = tmp_path / "c.jsonl"
     rows = tool.probe(case, [{}, {"TN_FIT": 0}, {"MAX_ROWS": 48}], device="cpu",
                       out=str(out))

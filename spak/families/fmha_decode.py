@@ -269,9 +269,10 @@ SHAPE_SETS: dict[str, list[str]] = {
         "2x71:1x40x32/page16/lens=40:17/splits=2",          # 71: two tiles of 64 heads
         "1x71:1x3:30x32/causal/lens=30",                    # 71, Sq 3
         # issue 33h: the rows form's fitted TILE_N (gpu.plan_decode.fit_tile_n): Mixtral-
-        # 8x22B's group 6 at Sq 4 over 16-key pages (32 rows, 64-key tiles of 4 pages);
-        # Falcon-7B's 71 at Sq 4, D 64, 64-key pages (64 rows, a page a 64-key tile)
-        "2x12:2x4:100x128/causal/page16/lens=100:37/splits=2",
+        # 8x22B's group 6 at Sq 4 over 16-key pages (32 rows, 64-key tiles of 4 pages, a
+        # cache of FIT_MIN_KEYS or more); Falcon-7B's 71 at Sq 4, D 64, 64-key pages (64
+        # rows, 128-key tiles: the fit lost on an H200)
+        "2x12:2x4:2100x128/causal/page16/lens=2100:37/splits=2",
         "1x71:1x4:150x64/causal/page64/lens=150",
     ],
     "bench": _bench(),
