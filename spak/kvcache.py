@@ -481,18 +481,23 @@ class Prepared:
         dev = self.dev
         if self.getdev() != dev:
             return False
-        stream = self.getstream(dev)
-        pool = tensors + self.consts
-        launch = self.gl.ct.launch
-        try:                # a new specialisation (another alignment) may compile here
-            for kernel, grid, get in self.launches:
-                launch(stream, grid, kernel, get(pool))
-        except Exception as exc:
-            explained = _explained(exc, self.device)
-            if explained is exc:
-                raise
-            raise explained from exc
+        launch_all(self, self.getstream(dev), tensors + self.consts)
         return True
+
+
+def launch_all(ready, stream, pool) -> None:
+    """Launch a prepared call's kernels (ready.launches: (kernel, grid, args from the pool))
+    on stream; a cuTile compile error (a new specialisation, e.g. another alignment, may
+    compile here) re-raised with the set-up diagnosis."""
+    launch = ready.gl.ct.launch
+    try:
+        for kernel, grid, get in ready.launches:
+            launch(stream, grid, kernel, get(pool))
+    except Exception as exc:
+        explained = _explained(exc, ready.device)
+        if explained is exc:
+            raise
+        raise explained from exc
 
 
 def _explained(exc, device):
@@ -652,8 +657,8 @@ def _prepare(key, q, k_cache, v_cache, lens, block_table, out, tail) -> None:
 
 def _launch_ready(ready, q, k_cache, v_cache, lens, bt):
     """_impl's work for a Prepared call: out, or None (another device is current: the
-    general path has the device guard). Prepared.launch's body in this frame (issue 34h:
-    one Python frame less per decode step); nothing allocated before the device test."""
+    general path has the device guard). Prepared.launch's checks inline, its launches through
+    launch_all (one shared body); nothing allocated before the device test."""
     dev = ready.dev
     if ready.getdev() != dev:
         return None
@@ -664,17 +669,7 @@ def _launch_ready(ready, q, k_cache, v_cache, lens, bt):
     q = q.contiguous()
     out = _empty_like(q) if ready.like else torch.empty(ready.shape, dtype=ready.dtype,
                                                          device=ready.device)
-    pool = (q, k_cache, v_cache, lens, out, bt) + ready.consts
-    stream = ready.getstream(dev)
-    launch = ready.gl.ct.launch
-    try:                # a new specialisation (another alignment) may compile here
-        for kernel, grid, get in ready.launches:
-            launch(stream, grid, kernel, get(pool))
-    except Exception as exc:
-        explained = _explained(exc, ready.device)
-        if explained is exc:
-            raise
-        raise explained from exc
+    launch_all(ready, ready.getstream(dev), (q, k_cache, v_cache, lens, out, bt) + ready.consts)
     return out
 
 

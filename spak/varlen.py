@@ -47,7 +47,7 @@ import torch
 
 from spak import api as _api
 from spak.kvcache import (INDEX_DTYPES, MAX_HEAD_DIM, Prepared, Templates, _Const,
-                          _explained, launch_templates)
+                          launch_all, launch_templates)
 from spak.torch_checks import check_devices, check_dtypes, check_tiles
 from spak.torch_checks import check_scale as _check_scale
 
@@ -301,8 +301,8 @@ def _prepare(key, q, k, v, cu_q, out, tail) -> None:
 
 def _launch_ready(ready, q, k, v, cu_q, cu_k):
     """_impl's work for a Prepared call: out, or None (another device is current: the
-    general path has the device guard). Prepared.launch's body in this frame (issue 34h:
-    one Python frame less per call); nothing allocated before the device test."""
+    general path has the device guard). Prepared.launch's checks inline, its launches through
+    launch_all (one shared body); nothing allocated before the device test."""
     dev = ready.dev
     if ready.getdev() != dev:
         return None
@@ -311,18 +311,8 @@ def _launch_ready(ready, q, k, v, cu_q, cu_k):
     q = q.contiguous()
     out = _empty_like(q) if ready.like else torch.empty(ready.shape, dtype=ready.dtype,
                                                          device=ready.device)
-    pool = (q, k.contiguous(), v.contiguous(), cu_q.contiguous(), cu_k.contiguous(),
-            out) + ready.consts
-    stream = ready.getstream(dev)
-    launch = ready.gl.ct.launch
-    try:                # a new specialisation (another alignment) may compile here
-        for kernel, grid, get in ready.launches:
-            launch(stream, grid, kernel, get(pool))
-    except Exception as exc:
-        explained = _explained(exc, ready.device)
-        if explained is exc:
-            raise
-        raise explained from exc
+    launch_all(ready, ready.getstream(dev), (q, k.contiguous(), v.contiguous(),
+               cu_q.contiguous(), cu_k.contiguous(), out) + ready.consts)
     return out
 
 
