@@ -26,11 +26,15 @@ class SimArray:
     """A numpy array seen by a simulated kernel as a cuTile Array (data shared, not copied).
 
     bf16 arrays: pass float32 `data` and dtype=ct.bfloat16; values are rounded to bf16
-    (RNE) in place on construction so the array holds only representable values.
+    (RNE) in place on construction so the array holds only representable values
+    (rounded=True: the caller vouches that they already are, e.g. a bf16 torch tensor's
+    .float(): the pass is skipped; interpreter mode wraps every bf16 argument at every
+    launch, memo hits included).
     A view made inside a kernel (`Array.slice`) shares its root's memory and write record.
     """
 
-    def __init__(self, data: np.ndarray, dtype=None, name: str | None = None):
+    def __init__(self, data: np.ndarray, dtype=None, name: str | None = None, *,
+                 rounded: bool = False):
         if not isinstance(data, np.ndarray):
             raise TypeError(f"SimArray needs a numpy array, got {type(data).__name__}")
         if not data.flags.c_contiguous:
@@ -40,7 +44,7 @@ class SimArray:
         if data.dtype != dtypes.array_storage(dt):
             raise TypeError(f"array {name or ''}: dtype {dt.name} is held in numpy "
                             f"{dtypes.array_storage(dt)}, got {data.dtype}")
-        if dt == ct.bfloat16:
+        if dt == ct.bfloat16 and not rounded:
             from .numerics import get_model
             data[...] = get_model("ieee").round_to(data, ct.bfloat16)
         self.data = data
