@@ -218,19 +218,20 @@ def _simulate_and_store(kernel, sig, arrays, digests, simulate, cap):
     if report.mode != "lockstep" or ops.PRINTS[0] != prints or use == [STOP_AFTER, 0]:
         return report
     reads = tuple(i for i, a in enumerate(arrays) if a._root._was_read)
-    effects, nbytes = [], 0
+    written, nbytes = [], 0
     for i, a in enumerate(arrays):
         own = a.owner_view()
         if own is None:
             continue
-        mask = own >= 0
+        mask = own >= 0                  # a new array: kept as is
         if not mask.any():
             continue
         full = bool(mask.all())
-        effects.append((i, a.data.copy(), None if full else mask.copy()))
+        written.append((i, None if full else mask))
         nbytes += a.data.nbytes + (0 if full else mask.size)
-    if nbytes > cap:
+    if nbytes > cap:                     # sized before copying: no copies made for nothing
         return report
+    effects = [(i, arrays[i].data.copy(), mask) for i, mask in written]
     key = (sig, reads, tuple(digests[i] for i in reads))
     _read_sets.setdefault(sig, set()).add(reads)
     old = _table.pop(key, None)          # (strict mode re-simulates a kept entry's launch)
