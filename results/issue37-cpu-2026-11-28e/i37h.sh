@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # issue 37 (session 2026-11-28e, branch issue-37h): the TileGym GPU passes not yet shown on a
 # CPU, in interpreter mode on the GPU host's CPU cores (NO GPU use), in ONE call of <= 550 s.
-#  - ids: results/issue37-cpu-2026-11-28e/gpu_host_ids.tsv (25 ids: 20 expected to fit a
+#  - ids: results/issue37-cpu-2026-11-28e/gpu_host_ids.tsv (20 ids: 15 expected to fit a
 #    ~480 s window, longest first, then 5 expected past it, shortest first): the GPU passes
 #    not yet shown on a CPU that this session's interpreter may finish (chunk_gated_delta_rule
-#    T16384 with SPAK_SIM_MEMO_MB=6144, the matmul 8192^3 bf16 test_op static_persistent=True,
-#    attention causal 8192 / non-causal 4096-4097, bmm 2x8192^3, matmul 8192^3 fp32/fp8, mla
+#    T16384 with SPAK_SIM_MEMO_MB=6144, attention causal 8192 / non-causal 4096-4097 / 8192,
+#    bmm 2x8192^3, matmul 16384^3 fp8, mla
 #    4096 (its torch reference needs > 23 GB), attention_sink 10820^2); expected seconds from
 #    this session's measured CPU rows (README there);
 #  - how: tools/tilegym_suite.sh's CPU side only (GPUS=""), I37H_CPU processes (default
 #    min(nproc - 2, 30)), one numba/OMP thread each, SPAK_SIM_TEST_TIMEOUT = the window;
-#    on a host with too few cores for the expected load (6,314 CPU-s: 30 processes, all at once)
+#    on a host with too few cores for the expected load (5,484 CPU-s: 30 processes, all at once)
 #    the fitting ids run shortest first instead (most passes in the window);
 #  - needs nvidia-h200-x2 (32 cores, 256 GiB: chunk T16384 peaks near 32 GB) or larger;
 #    `I37H_DRY=1` checks the plumbing (list, plan, env) without running tests.
