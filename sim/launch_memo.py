@@ -45,8 +45,8 @@ DEFAULT_MB = 2048
 stats = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "bytes": 0}
 _table: OrderedDict = OrderedDict()     # (signature, read set, their hashes) -> _Entry
 _read_sets: dict = {}                   # signature -> read sets seen for it
-_keep: dict = {}                        # id(kernel) -> kernel (ids stay unique while kept)
-_use: dict = {}                         # id(kernel) -> [entries stored, hits]
+_keep: dict = {}                        # id(code) -> code (_code: ids stay unique while kept)
+_use: dict = {}                         # id(code) -> [entries stored, hits]
 # a kernel whose first STOP_AFTER stored launches were never hit stops being stored (TileGym's
 # dropout draws a new seed each call: 256 MiB outputs copied and held for nothing)
 STOP_AFTER = 4
@@ -155,12 +155,23 @@ class _Digests:
         return [self[i] for i in range(len(self.arrays))]
 
 
+def _code(kernel):
+    """What the simulator runs of a kernel: a @ct.kernel's Python function. kernel.replace_hints
+    wraps the same function in a new ct.kernel (its own compile cache) with other compiler
+    hints (num_ctas, occupancy, ...), which the simulator does not read: hinted copies share
+    entries. TileGym's autotuned ops run the plain kernel in exhaustive_search, then a hinted
+    copy on the same arguments; keyed by the ct.kernel object, that second launch was
+    simulated again (half of every autotuned perf test's time)."""
+    af = getattr(kernel, "_annotated_function", None)
+    return getattr(af, "pyfunc", kernel)
+
+
 def signature(kernel, grid, args, options):
     """The launch's identity apart from array contents; None when it cannot be keyed."""
     scalars = tuple(_scalar_key(a) for a in args)
     if any(s is None for s in scalars):
         return None
-    return (id(kernel), tuple(grid) if isinstance(grid, (tuple, list)) else grid, scalars,
+    return (id(_code(kernel)), tuple(grid) if isinstance(grid, (tuple, list)) else grid, scalars,
             tuple(sorted(options.items())), memory._UNDETERMINED["fill"],
             _layout(_arrays(args)))
 
@@ -180,7 +191,7 @@ def run(kernel, grid, args, options, simulate):
         if entry is not None and not (oob.strict() and entry.oob_calls):
             _table.move_to_end(key)
             stats["hits"] += 1
-            _use.setdefault(id(kernel), [0, 0])[1] += 1
+            _use.setdefault(id(_code(kernel)), [0, 0])[1] += 1
             return _restore(entry, arrays, t0)
     stats["misses"] += 1
     return _simulate_and_store(kernel, sig, arrays, digests.all(), simulate, cap)
@@ -201,24 +212,26 @@ def _simulate_and_store(kernel, sig, arrays, digests, simulate, cap):
     prints = ops.PRINTS[0]
     with oob.tap() as calls:
         report = simulate()
-    use = _use.setdefault(id(kernel), [0, 0])
-    _keep[id(kernel)] = kernel
+    code = _code(kernel)
+    use = _use.setdefault(id(code), [0, 0])
+    _keep[id(code)] = code
     if report.mode != "lockstep" or ops.PRINTS[0] != prints or use == [STOP_AFTER, 0]:
         return report
     reads = tuple(i for i, a in enumerate(arrays) if a._root._was_read)
-    effects, nbytes = [], 0
+    written, nbytes = [], 0
     for i, a in enumerate(arrays):
         own = a.owner_view()
         if own is None:
             continue
-        mask = own >= 0
+        mask = own >= 0                  # a new array: kept as is
         if not mask.any():
             continue
         full = bool(mask.all())
-        effects.append((i, a.data.copy(), None if full else mask.copy()))
+        written.append((i, None if full else mask))
         nbytes += a.data.nbytes + (0 if full else mask.size)
-    if nbytes > cap:
+    if nbytes > cap:                     # sized before copying: no copies made for nothing
         return report
+    effects = [(i, arrays[i].data.copy(), mask) for i, mask in written]
     key = (sig, reads, tuple(digests[i] for i in reads))
     _read_sets.setdefault(sig, set()).add(reads)
     old = _table.pop(key, None)          # (strict mode re-simulates a kept entry's launch)

@@ -26,11 +26,15 @@ class SimArray:
     """A numpy array seen by a simulated kernel as a cuTile Array (data shared, not copied).
 
     bf16 arrays: pass float32 `data` and dtype=ct.bfloat16; values are rounded to bf16
-    (RNE) in place on construction so the array holds only representable values.
+    (RNE) in place on construction so the array holds only representable values
+    (rounded=True: the caller vouches that they already are, e.g. a bf16 torch tensor's
+    .float(): the pass is skipped; interpreter mode wraps every bf16 argument at every
+    launch, memo hits included).
     A view made inside a kernel (`Array.slice`) shares its root's memory and write record.
     """
 
-    def __init__(self, data: np.ndarray, dtype=None, name: str | None = None):
+    def __init__(self, data: np.ndarray, dtype=None, name: str | None = None, *,
+                 rounded: bool = False):
         if not isinstance(data, np.ndarray):
             raise TypeError(f"SimArray needs a numpy array, got {type(data).__name__}")
         if not data.flags.c_contiguous:
@@ -40,18 +44,28 @@ class SimArray:
         if data.dtype != dtypes.array_storage(dt):
             raise TypeError(f"array {name or ''}: dtype {dt.name} is held in numpy "
                             f"{dtypes.array_storage(dt)}, got {data.dtype}")
-        if dt == ct.bfloat16:
+        if dt == ct.bfloat16 and not rounded:
             from .numerics import get_model
             data[...] = get_model("ieee").round_to(data, ct.bfloat16)
         self.data = data
         self.dtype = dt
         self.name = name or "array"
-        self._root = self
+        self._parent = None         # the root this array views (None: it is a root)
         self._offset = 0
         self._shape = tuple(int(n) for n in data.shape)
         self._strides = tuple(st // data.itemsize for st in data.strides)
         self._owner: np.ndarray | None = None   # block (linear id) that wrote each element
         self._was_read = False      # a load, gather or atomic touched it (sim.launch_memo)
+
+    @property
+    def _root(self) -> "SimArray":
+        """The array whose memory and write record this one views (itself for a root). A
+        link to the parent only: `self._root = self` made every root a reference cycle, freed
+        only by Python's cyclic GC, and interpreter mode's per-launch copies (a bf16
+        argument's float32 values, a written array's int64 write record) piled up between
+        collections: TileGym's chunk_gated_delta_rule perf test, T2048, grew to 7.6 GB
+        resident over its memo hits (1.2 GB after its own gc.collect); T8192 hit 24 GB."""
+        return self._parent if self._parent is not None else self
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -135,7 +149,7 @@ class SimArray:
     def _view(self, offset, shape, strides, name):
         v = object.__new__(SimArray)
         root = self._root
-        v.dtype, v.name, v._root, v._offset = self.dtype, name, root, offset
+        v.dtype, v.name, v._parent, v._offset = self.dtype, name, root, offset
         v._shape, v._strides, v._owner = tuple(shape), tuple(strides), None
         item = root.data.itemsize
         v.data = np.lib.stride_tricks.as_strided(root.data.reshape(-1)[offset:], v._shape,

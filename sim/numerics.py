@@ -668,9 +668,11 @@ def _finite32(c):
 
 # one body: the loop state stays in registers (helpers would be compiled calls per k-step)
 @numba.njit(cache=_CACHE, error_model="numpy")
-def _hopper16_lane(af, ea, bf, eb, c, out, kstep, fbits, ezero, E, s32, inv, cur, it):
-    """_hopper_lane's arithmetic for finite fp16 operands (af, bf: float32 values, ea, eb:
-    their exponents) and a finite float32 c."""
+def _hopper16_lane(af, ea, bf, eb, c, out, kstep, fbits, ezero, elow, E, s32, inv, cur, it):
+    """_hopper_lane's arithmetic for operands whose products are exact float32 numbers (af,
+    bf: float32 values, ea, eb: their exponents; fp16, or _hopperg_one's checked range) and
+    a finite float32 c. elow: the least exponent of a non-zero product (it clamps the
+    float32 scale of a step whose products are all zero)."""
     M, K = af.shape
     N = bf.shape[1]
     for i in range(M):
@@ -701,9 +703,9 @@ def _hopper16_lane(af, ea, bf, eb, c, out, kstep, fbits, ezero, E, s32, inv, cur
                 ok = e >= ezero             # else every term is zero: any scale gives +0
                 s = _bits_f64(np.int64(1023 + fbits - e) << 52) if ok else 1.0
                 inv[j] = _bits_f64(np.int64(1023 - fbits + e) << 52) if ok else 1.0
-                # a non-zero fp16 product has e >= -28: the clamp keeps float32's scale
+                # a non-zero product has e >= elow: the clamp keeps float32's scale
                 # finite for steps whose products are all zero
-                s32[j] = np.float32(_bits_f64(np.int64(1023 + fbits - max(e, -60)) << 52))
+                s32[j] = np.float32(_bits_f64(np.int64(1023 + fbits - max(e, elow)) << 52))
                 cur[j] = np.trunc(cur[j] * s)
                 it[j] = 0
             k = k0
@@ -743,7 +745,8 @@ def _hopper16_one(a, b, c, out, t, kstep, fbits, ezero):
     ok_b = _prep16_b(bt, bf, eb)
     ok_c = _finite32(ct_)
     if _prep16_a(at, af, ea) and ok_b and ok_c:
-        _hopper16_lane(af, ea, bf, eb, ct_, out[t], kstep, fbits, ezero, np.empty(N, np.int32),
+        # a non-zero fp16 product has e >= -28; -60 keeps the float32 scale finite
+        _hopper16_lane(af, ea, bf, eb, ct_, out[t], kstep, fbits, ezero, -60, np.empty(N, np.int32),
                        np.empty(N, np.float32), np.empty(N), np.empty(N), np.empty(N, np.int32))
         return
     a64 = np.empty((M, K))
@@ -767,6 +770,64 @@ _hopper16_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_hopper16_
 
 #: take the fp16 path (set False to run every lane through _hopper_lane: the tests compare)
 FP16_PATH = True
+
+
+# ---------------------------------------------------------------------------------------
+# bf16, tf32 and fp8 operands: the fp16 path's arithmetic for lanes whose values allow it.
+# Their significands have at most 11 bits, so a product has at most 22 and float32 holds
+# it exactly when it is a normal float32 number: every non-zero operand in
+# [2^G_EMIN, 2^(G_EMAX+1)) keeps products in [2^(2*G_EMIN), 2^(2*G_EMAX+2)), inside
+# float32's normal range, and elow = 2*G_EMIN keeps the step scale finite. Values outside
+# (or not finite, or not float32 numbers) send their lane to _hopper_lane, as before.
+G_EMIN, G_EMAX = -50, 62
+
+
+@numba.njit(cache=_CACHE)
+def _prepg(x, xf, ex):
+    """x (float values) -> float32 values and exponents; False unless every value is a
+    float32 number, finite, and zero or of exponent in [G_EMIN, G_EMAX]."""
+    bad = 0
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            v = x[i, k]
+            f = np.float32(v)
+            e = _expo32(f, -126)
+            bad |= np.int32(np.float64(f) != v or (v != 0 and (e < G_EMIN or e > G_EMAX)))
+            xf[i, k] = f
+            ex[i, k] = e
+    return bad == 0
+
+
+@numba.njit(cache=_CACHE)
+def _hopperg_one(a, b, c, out, t, emin, kstep, slow, fbits, ezero):
+    """Lane t: _hopper16_lane when its values allow it (emin is -126 for these formats:
+    in-range values are never clamped), else _hopper_lane."""
+    at, bt, ct_ = a[min(t, a.shape[0] - 1)], b[min(t, b.shape[0] - 1)], c[min(t, c.shape[0] - 1)]
+    M, K = at.shape
+    N = bt.shape[1]
+    if not slow[t] and emin == -126:
+        bf, eb = np.empty((K, N), np.float32), np.empty((K, N), np.int32)
+        af, ea = np.empty((M, K), np.float32), np.empty((M, K), np.int32)
+        if _prepg(bt, bf, eb) and _prepg(at, af, ea) and _finite32(ct_):
+            _hopper16_lane(af, ea, bf, eb, ct_, out[t], kstep, fbits, ezero, 2 * G_EMIN,
+                           np.empty(N, np.int32), np.empty(N, np.float32), np.empty(N),
+                           np.empty(N), np.empty(N, np.int32))
+            return
+    _hopper_lane(at, bt, ct_, out[t], emin, kstep, slow[t], np.empty((K, N)),
+                 np.empty((K, N), np.int32), np.empty(N), np.empty(N), np.empty(N, np.int32),
+                 np.empty(N), fbits, ezero)
+
+
+def _hopperg_py(a, b, c, out, emin, kstep, slow, fbits, ezero):
+    for t in numba.prange(out.shape[0]):
+        _hopperg_one(a, b, c, out, np.int64(t), emin, kstep, slow, fbits, ezero)
+
+
+_hopperg_serial = numba.njit(cache=_CACHE)(_renamed(_hopperg_py, "_serial"))
+_hopperg_parallel = numba.njit(parallel=True, cache=_CACHE)(_renamed(_hopperg_py, "_parallel"))
+
+#: take the float32 path for bf16/tf32/fp8 lanes (False: _hopper_lane for all; tests compare)
+GENERAL_F32_PATH = True
 
 
 def hopper_mma_f32(a, b, c, in_dtype, kstep=16, fbits=25, ezero=-133):
@@ -801,7 +862,10 @@ def hopper_mma_f32(a, b, c, in_dtype, kstep=16, fbits=25, ezero=-133):
         slow |= _nonfinite_lanes_f16(b, lanes)
     else:
         slow |= _nonfinite_lanes(b, lanes)
-    fn = _hopper_mma_parallel if big else _hopper_mma_serial
+    if GENERAL_F32_PATH and int(kstep) << (int(fbits) + 2) <= 1 << 31:
+        fn = _hopperg_parallel if big else _hopperg_serial
+    else:
+        fn = _hopper_mma_parallel if big else _hopper_mma_serial
     fn(a, b, c, out, emin, int(kstep), slow, int(fbits), int(ezero))
     return out
 

@@ -210,3 +210,21 @@ def test_gathered_arrays_are_part_of_the_key(interp):
     y4 = torch.empty(4, T)
     ct.launch(None, (4,), _gather_rows, (x, idx, y4))  # unchanged: a hit, the same rows
     assert launch_memo.stats["hits"] == 1 and torch.equal(y4, y3)
+
+
+def test_hinted_copy_of_a_kernel_shares_entries(interp):
+    # TileGym's autotuned ops: exhaustive_search runs the plain kernel, then the op launches
+    # kernel.replace_hints(...) (compiler hints the simulator does not read) on the same
+    # arguments: a hit, with the result the plain kernel computed
+    x = _rand(4, T, seed=3)
+    y0 = _run_affine(x, 0.75)
+    hinted = _affine.replace_hints(occupancy=2)
+    assert hinted is not _affine
+    y1 = torch.empty_like(x)
+    ct.launch(None, (x.shape[0],), hinted, (x, y1, 0.75))
+    assert launch_memo.stats["misses"] == 1 and launch_memo.stats["hits"] == 1
+    assert torch.equal(y0, y1)
+    assert torch.allclose(y1.double(), _affine_ref(x, 0.75), rtol=1e-6, atol=1e-6)
+    ct.launch(None, (x.shape[0],), hinted, (x, y1, 1.25))  # a new scalar: simulated
+    assert launch_memo.stats["misses"] == 2
+    assert torch.allclose(y1.double(), _affine_ref(x, 1.25), rtol=1e-6, atol=1e-6)

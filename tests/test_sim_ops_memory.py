@@ -144,3 +144,25 @@ def test_lockstep_reports_reading_another_blocks_write(rng):
     x, y = rng.standard_normal(32).astype(np.float32), np.zeros(32, np.float32)
     with pytest.raises(sim.SimulationError, match="read of another block's write"):
         sim.launch(reads_neighbour, (4,), (x, y, 8), max_lanes=1)
+
+
+def test_simarray_is_freed_without_the_cyclic_gc():
+    # interpreter mode wraps arguments in SimArrays at every launch (a bf16 tensor's float32
+    # copy, a written array's int64 write record): a root must not be a reference cycle, or
+    # those buffers wait for a gc pass (TileGym's chunk_gated_delta_rule perf test: 24 GB)
+    import gc
+    import weakref
+    from spak.sim.memory import SimArray
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        a = SimArray(np.zeros((4, 8), np.float32), name="x")
+        a._owner_flat()                              # the write record exists
+        v = a._view(8, (2, 4), (4, 1), "x[2:4]")
+        assert v._root is a and a._root is a and v.owner_view().shape == (2, 4)
+        ra, rv = weakref.ref(a), weakref.ref(v)
+        del a, v
+        assert ra() is None and rv() is None
+    finally:
+        if was:
+            gc.enable()
